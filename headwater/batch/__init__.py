@@ -1,0 +1,46 @@
+"""The Headwater record-batch format (docs/batch-format.md): the one binary format shared by
+producers, brokers, followers and consumers.
+
+Public names are re-exported here; modules: ``layout`` (header), ``columns`` (records
+section), ``compression`` (codecs), ``codec`` (encode, validate, decode).
+"""
+
+from headwater.batch.codec import (
+    Record,
+    RecordBatch,
+    compute_crc,
+    decode_batches,
+    encode_batch,
+    iter_headers,
+    now_ms,
+    patch_header,
+    set_log_append_time,
+    validate_batches,
+    verify_crc,
+)
+from headwater.batch.layout import (
+    HEADER_SIZE,
+    BatchHeader,
+    Compression,
+    TimestampType,
+    parse_header,
+)
+
+__all__ = [
+    "HEADER_SIZE",
+    "BatchHeader",
+    "Compression",
+    "Record",
+    "RecordBatch",
+    "TimestampType",
+    "compute_crc",
+    "decode_batches",
+    "encode_batch",
+    "iter_headers",
+    "now_ms",
+    "parse_header",
+    "patch_header",
+    "set_log_append_time",
+    "validate_batches",
+    "verify_crc",
+]

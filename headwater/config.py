@@ -1,0 +1,204 @@
+"""Topic configuration: the one table of keys, types, defaults and checks.
+
+The controller validates overrides with :func:`validate_topic_configs` before writing them to
+etcd; brokers turn the stored overrides into a :class:`TopicConfig` with
+:func:`resolve_topic_config`. Names and meanings are Kafka's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from headwater.errors import InvalidConfigError
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    kind: type
+    default: object
+    doc: str
+    check: Callable[[Any], bool] = lambda v: True
+    check_doc: str = ""
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+_DAY_MS = 24 * 3600 * 1000
+
+TOPIC_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        ConfigKey(
+            "retention.ms",
+            int,
+            7 * _DAY_MS,
+            "Delete whole segments whose newest record is older than this; -1: forever.",
+            lambda v: v == -1 or v >= 0,
+            ">= 0 or -1",
+        ),
+        ConfigKey(
+            "retention.bytes",
+            int,
+            -1,
+            "Delete the oldest segments while the partition is larger; -1: no limit.",
+            lambda v: v == -1 or v >= 0,
+            ">= 0 or -1",
+        ),
+        ConfigKey(
+            "segment.bytes",
+            int,
+            1024 * 1024 * 1024,
+            "Roll a new segment when the active one would exceed this size.",
+            lambda v: v >= 1024,
+            ">= 1024",
+        ),
+        ConfigKey(
+            "segment.ms",
+            int,
+            7 * _DAY_MS,
+            "Roll a new segment when the active one's first record is older than this.",
+            lambda v: v >= 1,
+            ">= 1",
+        ),
+        ConfigKey(
+            "segment.index.bytes",
+            int,
+            10 * 1024 * 1024,
+            "Largest offset index per segment; reaching it rolls the segment.",
+            lambda v: v >= 64,
+            ">= 64",
+        ),
+        ConfigKey(
+            "index.interval.bytes",
+            int,
+            4096,
+            "Bytes of log between two entries of the sparse offset and time indexes.",
+            lambda v: v >= 0,
+            ">= 0",
+        ),
+        ConfigKey(
+            "max.message.bytes",
+            int,
+            8 * 1024 * 1024 + 64,
+            "Largest record batch (compressed, with header) the topic accepts.",
+            lambda v: 64 <= v <= 512 * 1024 * 1024,
+            "64 .. 512 MiB",
+        ),
+        ConfigKey(
+            "flush.messages",
+            int,
+            -1,
+            "fsync after this many records; -1: leave flushing to the OS (default).",
+            lambda v: v == -1 or v >= 1,
+            ">= 1 or -1",
+        ),
+        ConfigKey(
+            "flush.ms",
+            int,
+            -1,
+            "fsync when the oldest unflushed record is older than this; -1: never forced.",
+            lambda v: v == -1 or v >= 0,
+            ">= 0 or -1",
+        ),
+        ConfigKey(
+            "cleanup.policy",
+            str,
+            "delete",
+            "delete: retention by time and size (compaction arrives with consumer groups).",
+            lambda v: v == "delete",
+            "delete",
+        ),
+        ConfigKey(
+            "message.timestamp.type",
+            str,
+            "CreateTime",
+            "CreateTime keeps the producer's timestamps; LogAppendTime stamps on append.",
+            lambda v: v in ("CreateTime", "LogAppendTime"),
+            "CreateTime | LogAppendTime",
+        ),
+        ConfigKey(
+            "min.insync.replicas",
+            int,
+            1,
+            "With acks=all, the fewest in-sync replicas that must have a write.",
+            lambda v: v >= 1,
+            ">= 1",
+        ),
+        ConfigKey(
+            "unclean.leader.election.enable",
+            bool,
+            False,
+            "Allow a replica outside the ISR to become leader (may lose records).",
+            lambda v: True,
+            "true | false",
+        ),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """Effective configuration of one topic (defaults overlaid with its overrides)."""
+
+    retention_ms: int = 7 * _DAY_MS
+    retention_bytes: int = -1
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * _DAY_MS
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 8 * 1024 * 1024 + 64
+    flush_messages: int = -1
+    flush_ms: int = -1
+    cleanup_policy: str = "delete"
+    message_timestamp_type: str = "CreateTime"
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+
+
+def _parse(key: ConfigKey, text: str) -> object:
+    try:
+        if key.kind is bool:
+            value: object = _parse_bool(text)
+        elif key.kind is int:
+            value = int(text.strip())
+        else:
+            value = text.strip()
+    except ValueError as exc:
+        raise InvalidConfigError(f"{key.name}={text!r}: {exc}") from None
+    if not key.check(value):
+        raise InvalidConfigError(f"{key.name}={text!r}: must be {key.check_doc}")
+    return value
+
+
+def validate_topic_configs(overrides: Mapping[str, str]) -> dict[str, str]:
+    """Check every override; returns them normalised. Raises InvalidConfigError."""
+    out: dict[str, str] = {}
+    for name, text in overrides.items():
+        key = TOPIC_KEYS.get(name)
+        if key is None:
+            raise InvalidConfigError(
+                f"unknown topic config {name!r}; known: {', '.join(sorted(TOPIC_KEYS))}"
+            )
+        value = _parse(key, str(text))
+        out[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def resolve_topic_config(
+    overrides: Mapping[str, str], defaults: Mapping[str, str] | None = None
+) -> TopicConfig:
+    """The effective config: built-in defaults, then broker ``defaults``, then ``overrides``."""
+    merged = {**(defaults or {}), **overrides}
+    values = {
+        name.replace(".", "_"): _parse(TOPIC_KEYS[name], text)
+        for name, text in validate_topic_configs(merged).items()
+    }
+    return TopicConfig(**values)  # type: ignore[arg-type]

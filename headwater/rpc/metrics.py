@@ -1,0 +1,125 @@
+"""Per-RPC Prometheus metrics and the error edge of every server.
+
+Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` histograms,
+base units). Each service process has one default registry, exposed over HTTP by
+:func:`start_http`.
+
+The interceptor wraps unary and server-streaming handlers:
+
+* counts requests and errors, and observes latency, labelled by service and method;
+* turns a :class:`~headwater.errors.HeadwaterError` raised by a handler into the error's gRPC
+  status plus the ``headwater-error-code`` trailer; any other exception becomes INTERNAL
+  with ``UNKNOWN_SERVER_ERROR`` (and is logged with its traceback).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import prometheus_client as prom
+
+from headwater import errors
+
+log = logging.getLogger(__name__)
+
+REQUESTS = prom.Counter("headwater_rpc_requests_total", "RPCs received", ["service", "method"])
+ERRORS = prom.Counter(
+    "headwater_rpc_errors_total", "RPCs that failed", ["service", "method", "code"]
+)
+LATENCY = prom.Histogram(
+    "headwater_rpc_duration_seconds",
+    "Time from request to response (to the end of the stream for streaming RPCs)",
+    ["service", "method"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+
+
+def start_http(host: str, port: int) -> int:
+    """Serve /metrics on ``host:port`` (0 = any free port); returns the bound port."""
+    server, _thread = prom.start_http_server(port, addr=host)
+    return int(server.server_port)
+
+
+async def _fail(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    if isinstance(exc, errors.HeadwaterError):
+        context.set_trailing_metadata(errors.to_trailing_metadata(exc))
+        await context.abort(exc.grpc_status, str(exc))
+    log.exception("unexpected error in handler", exc_info=exc)
+    context.set_trailing_metadata(
+        ((errors.ERROR_CODE_METADATA_KEY, str(errors.UnknownServerError.code)),)
+    )
+    await context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+
+class ServerInterceptor(grpc.aio.ServerInterceptor):
+    """Metrics and error translation for every handler of one service process."""
+
+    def __init__(self, service: str) -> None:
+        self._service = service
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        method = details.method.rsplit("/", 1)[-1]
+        if details.method.startswith(("/grpc.health", "/grpc.reflection")):
+            return handler
+        service = self._service
+        if handler.unary_unary is not None:
+            inner_uu = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                REQUESTS.labels(service, method).inc()
+                start = time.perf_counter()
+                try:
+                    return await inner_uu(request, context)
+                except grpc.aio.AbortError:
+                    ERRORS.labels(service, method, "ABORTED").inc()
+                    raise
+                except Exception as exc:
+                    ERRORS.labels(service, method, _code_name(exc)).inc()
+                    await _fail(context, exc)
+                finally:
+                    LATENCY.labels(service, method).observe(time.perf_counter() - start)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            inner_us = handler.unary_stream
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                REQUESTS.labels(service, method).inc()
+                start = time.perf_counter()
+                try:
+                    async for item in inner_us(request, context):
+                        yield item
+                except grpc.aio.AbortError:
+                    ERRORS.labels(service, method, "ABORTED").inc()
+                    raise
+                except Exception as exc:
+                    ERRORS.labels(service, method, _code_name(exc)).inc()
+                    await _fail(context, exc)
+                finally:
+                    LATENCY.labels(service, method).observe(time.perf_counter() - start)
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+def _code_name(exc: BaseException) -> str:
+    return errors.ErrorCode.Name(errors.code_of(exc))

@@ -1,0 +1,1 @@
+"""Headwater's services: broker, controller and (with consumer groups) coordinator."""
