@@ -69,13 +69,15 @@ class MetadataRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("brokers", "controller_id", "cluster_id", "topics")
+    __slots__ = ("brokers", "controller_id", "cluster_id", "topics", "controller")
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_FIELD_NUMBER: _ClassVar[int]
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerInfo]
     controller_id: int
     cluster_id: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicMetadata]
-    def __init__(self, brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller_id: _Optional[int] = ..., cluster_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ...) -> None: ...
+    controller: BrokerInfo
+    def __init__(self, brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller_id: _Optional[int] = ..., cluster_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., controller: _Optional[_Union[BrokerInfo, _Mapping]] = ...) -> None: ...
