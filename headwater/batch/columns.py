@@ -227,6 +227,18 @@ def _all_present(bitmap: memoryview, count: int) -> bool:
     return not rest or (bitmap[full] & ((1 << rest) - 1)) == (1 << rest) - 1
 
 
+def _check_utf8(col: BinaryColumn, count: int) -> None:
+    """Header keys are strings: every entry must be valid UTF-8 (one C++ pass per batch)."""
+    import pyarrow as pa
+
+    if count == 0:
+        return
+    try:
+        _binary_array(pa.string(), col, count).validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise CorruptRecordError(f"header keys are not valid UTF-8: {exc}") from None
+
+
 def decode_columns(
     section: memoryview, count: int, *, has_keys: bool, has_headers: bool, has_offsets: bool
 ) -> Columns:
@@ -241,6 +253,7 @@ def decode_columns(
         h_off = r.offsets(count, "header offsets")
         h = int(h_off[-1])
         hk = r.binary(h, "header keys", with_validity=False)
+        _check_utf8(hk, h)
         hv = r.binary(h, "header values")
     if r.pos != len(section):
         raise CorruptRecordError(
