@@ -1,0 +1,66 @@
+"""``python -m services.broker``: run one broker process.
+
+    python -m services.broker --broker-id N --host 127.0.0.1 --port P --data-dirs d1[,d2] \
+        --etcd HOST:PORT --metrics-port M [--rack R] [--ready-file F] [--log-level INFO]
+
+``--port 0`` / ``--metrics-port 0`` pick free ports; with ``--ready-file`` the chosen ones are
+written there as JSON ``{"port": P, "metrics_port": M}`` (atomically) once the broker serves
+and is registered. SIGTERM or SIGINT stops it cleanly. For large messages, launch it with
+``GLIBC_TUNABLES`` set as in PERFORMANCE-NOTES (the launcher's job: it must precede start-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from services.broker.server import BrokerSettings, serve
+
+
+def parse_args(argv: list[str] | None = None) -> BrokerSettings:
+    ap = argparse.ArgumentParser(
+        prog="python -m services.broker", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("--broker-id", type=int, required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
+    ap.add_argument("--data-dirs", required=True, help="comma-separated log directories")
+    ap.add_argument("--etcd", required=True, help="etcd endpoint HOST:PORT")
+    ap.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: pick)")
+    ap.add_argument("--rack", default="")
+    ap.add_argument("--ready-file", type=Path, default=None)
+    ap.add_argument("--log-level", default="INFO")
+    a = ap.parse_args(argv)
+    dirs = [Path(d) for d in a.data_dirs.split(",") if d.strip()]
+    if not dirs:
+        ap.error("--data-dirs needs at least one directory")
+    if a.broker_id < 0:
+        ap.error("--broker-id must be >= 0")
+    logging.basicConfig(
+        level=a.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [broker %(broker_id)s] %(message)s".replace(
+            "%(broker_id)s", str(a.broker_id)
+        ),
+    )
+    return BrokerSettings(
+        broker_id=a.broker_id,
+        host=a.host,
+        port=a.port,
+        data_dirs=dirs,
+        etcd=a.etcd,
+        metrics_port=a.metrics_port,
+        rack=a.rack,
+        ready_file=a.ready_file,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_args(argv)
+    return asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Fetch: a server stream of record batches of one partition, for as long as the client wants.
+
+The stream (one per partition per consumer) runs this loop on the event loop:
+
+1. look the partition up: it must exist (``UNKNOWN_TOPIC_OR_PARTITION``), be led here
+   (``NOT_LEADER_OR_FOLLOWER``), and match the client's ``current_leader_epoch`` when one is
+   given (older: ``FENCED_LEADER_EPOCH``, newer: ``UNKNOWN_LEADER_EPOCH``); ``max_bytes`` must
+   be positive (``INVALID_FETCH_SIZE``). This is re-checked before every response, so a stream
+   notices leadership moving or the partition being deleted;
+2. read whole batches from the position up to the high watermark (``Log.read`` in a worker
+   thread) until ``min_bytes`` are collected or ``max_bytes`` reached (the first batch is
+   always sent whole, even when larger than ``max_bytes``);
+3. when caught up, wait on the partition's change notification, at most ``max_wait_ms`` from
+   the start of this response, then send what was collected — possibly nothing, so the client
+   still learns the high watermark and log start offset;
+4. advance to ``next_offset`` and repeat.
+
+Errors are answered in-band: one response carrying the error code (``OFFSET_OUT_OF_RANGE``
+when the position is below the log start or above the log end, or any lookup error above),
+after which the stream ends normally. The stream also ends when the client cancels it (the
+handler task is cancelled at its current await). gRPC flow control bounds what is buffered for
+a slow reader: ``yield`` waits until the message is written.
+
+Defaults for unset fields: ``max_wait_ms`` 0 -> 500, ``min_bytes`` 0 -> 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from headwater.errors import (
+    FencedLeaderEpochError,
+    HeadwaterError,
+    InvalidFetchSizeError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    message_of,
+)
+from headwater.v1 import broker_pb2
+from services.broker import metrics
+from services.broker.codes import error_code
+from services.broker.partition import Partition
+from services.broker.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_WAIT_MS = 500
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One long-poll answer: batches read from ``start`` up to ``next_offset``, or an error."""
+
+    start: int
+    data: bytes
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+    error: BaseException | None = None
+
+
+def _lookup(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> Partition:
+    p = rm.leader_partition(req.topic, req.partition)
+    wanted = req.current_leader_epoch
+    if wanted >= 0 and wanted != p.leader_epoch:
+        cls = FencedLeaderEpochError if wanted < p.leader_epoch else UnknownLeaderEpochError
+        raise cls(
+            f"{req.topic}-{req.partition}: request epoch {wanted}, leader epoch {p.leader_epoch}"
+        )
+    return p
+
+
+def _check_position(p: Partition, position: int) -> None:
+    start, end = p.log_start_offset, p.log_end_offset
+    if position < start or position > end:
+        raise OffsetOutOfRangeError(
+            f"offset {position} is outside [{start}, {end}] of {p.topic}-{p.partition}"
+        )
+
+
+async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncIterator[Chunk]:
+    """The stream's answers, ending after the first error chunk."""
+    loop = asyncio.get_running_loop()
+    position = req.offset
+    max_wait = (req.max_wait_ms if req.max_wait_ms > 0 else DEFAULT_MAX_WAIT_MS) / 1000.0
+    min_bytes = max(req.min_bytes, 1)
+    max_bytes = req.max_bytes
+    p: Partition | None = None
+    while True:
+        start = position
+        pieces: list[bytes] = []
+        size = 0
+        try:
+            if max_bytes <= 0:
+                raise InvalidFetchSizeError(f"max_bytes must be positive, got {max_bytes}")
+            deadline = loop.time() + max_wait
+            while True:
+                p = _lookup(rm, req)
+                changed = p.changed()  # captured before checking, so no wake-up is missed
+                _check_position(p, position)
+                hw = p.high_watermark
+                if position < hw and size < max_bytes:
+                    part = await p.read(position, max_bytes - size, hw)
+                    if part.data and part.next_offset > position:
+                        pieces.append(part.data)
+                        size += len(part.data)
+                        position = part.next_offset
+                        if size >= min_bytes:
+                            break
+                        continue
+                if size >= max_bytes:
+                    break
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except TimeoutError:
+                    break
+        except Exception as exc:
+            if not isinstance(exc, HeadwaterError):
+                if p is not None and p.is_leader:
+                    log.exception("fetch %s-%d failed", req.topic, req.partition)
+                    exc = KafkaStorageError(f"reading {req.topic}-{req.partition}: {exc}")
+                else:
+                    # The log went away under the read (StopReplica): report why.
+                    try:
+                        _lookup(rm, req)
+                    except HeadwaterError as lookup_exc:
+                        exc = lookup_exc
+            yield Chunk(start, b"", position, -1, -1, exc)
+            return
+        assert p is not None
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if data:
+            metrics.BYTES_OUT.labels(req.topic).inc(len(data))
+        yield Chunk(start, data, position, p.high_watermark, p.log_start_offset)
+
+
+async def handle(
+    rm: ReplicaManager, req: broker_pb2.FetchRequest
+) -> AsyncIterator[broker_pb2.FetchResponse]:
+    async for c in chunks(rm, req):
+        if c.error is not None:
+            yield broker_pb2.FetchResponse(
+                error_code=error_code(c.error),
+                error_message=message_of(c.error),
+                high_watermark=-1,
+                last_stable_offset=-1,
+                log_start_offset=-1,
+                next_offset=c.next_offset,
+            )
+            return
+        yield broker_pb2.FetchResponse(
+            high_watermark=c.high_watermark,
+            last_stable_offset=c.high_watermark,
+            log_start_offset=c.log_start_offset,
+            records=c.data,
+            next_offset=c.next_offset,
+        )

@@ -1,0 +1,107 @@
+"""ProduceRecords: protobuf records in, one record batch per target partition.
+
+Partitioning (``partition == -1``), the documented default partitioner shared with every
+client: a record with a key goes to ``crc32c(key) % partitions`` (CRC-32C/Castagnoli, taken
+as an unsigned 32-bit integer); records with a null key are spread round-robin, one counter
+per topic on this broker. ``partition >= 0`` sends every record there.
+
+Each partition's records are encoded once (``encode_batch``, with the requested compression)
+and appended through the same path as Produce (validation included, so max.message.bytes
+applies). A record timestamp of 0 means "now" on the broker's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import crc32c
+
+from headwater.batch import Compression, encode_batch, now_ms
+from headwater.errors import InvalidRequestError, UnknownTopicOrPartitionError, message_of
+from headwater.v1 import broker_pb2
+from services.broker.codes import error_code
+from services.broker.handlers.produce import append_to_partition, check_acks
+from services.broker.replica_manager import ReplicaManager
+
+#: Encode in a worker thread above this many records.
+_INLINE_ENCODE_RECORDS = 2000
+
+
+def default_partition(key: bytes, partitions: int) -> int:
+    """The cross-language key partitioner: unsigned CRC-32C of the key bytes, mod partitions."""
+    return int(crc32c.crc32c(key)) % partitions
+
+
+class RoundRobin:
+    """Next partition for null-keyed records, per topic (owned by the event loop)."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+
+    def take(self, topic: str, partitions: int) -> int:
+        n = self._next.get(topic, 0)
+        self._next[topic] = n + 1
+        return n % partitions
+
+
+def _encode(records: Sequence[broker_pb2.Record], codec: Compression) -> bytes:
+    now = now_ms()
+    return encode_batch(
+        [r.value if r.HasField("value") else None for r in records],
+        [r.key if r.HasField("key") else None for r in records],
+        headers=[
+            [(h.key, h.value if h.HasField("value") else None) for h in r.headers] for r in records
+        ],
+        timestamps=[r.timestamp or now for r in records],
+        compression_type=codec,
+    )
+
+
+async def handle(
+    rm: ReplicaManager, rr: RoundRobin, req: broker_pb2.ProduceRecordsRequest
+) -> broker_pb2.ProduceResponse:
+    acks_all = check_acks(req.acks)
+    if not req.records:
+        raise InvalidRequestError("ProduceRecords carries no records")
+    codec = Compression.parse(req.compression or None)
+    timeout_ms = req.timeout_ms if req.timeout_ms > 0 else 30_000
+    groups: dict[int, list[broker_pb2.Record]] = {}
+    try:
+        if req.partition == -1:
+            n = rm.metadata.partition_count(req.topic)
+            for r in req.records:
+                target = default_partition(r.key, n) if r.HasField("key") else rr.take(req.topic, n)
+                groups.setdefault(target, []).append(r)
+        elif req.partition >= 0:
+            groups[req.partition] = list(req.records)
+        else:
+            raise UnknownTopicOrPartitionError(f"invalid partition {req.partition}")
+    except UnknownTopicOrPartitionError as exc:
+        return broker_pb2.ProduceResponse(
+            partitions=[
+                broker_pb2.PartitionProduceResult(
+                    topic=req.topic,
+                    partition=req.partition,
+                    error_code=error_code(exc),
+                    error_message=message_of(exc),
+                    base_offset=-1,
+                    log_append_time=-1,
+                    log_start_offset=-1,
+                )
+            ]
+        )
+
+    async def one(
+        partition: int, records: list[broker_pb2.Record]
+    ) -> broker_pb2.PartitionProduceResult:
+        if len(records) > _INLINE_ENCODE_RECORDS:
+            buf = await asyncio.to_thread(_encode, records, codec)
+        else:
+            buf = _encode(records, codec)
+        return await append_to_partition(
+            rm, req.topic, partition, buf, acks_all=acks_all, timeout_ms=timeout_ms
+        )
+
+    results = await asyncio.gather(*(one(p, recs) for p, recs in sorted(groups.items())))
+    return broker_pb2.ProduceResponse(partitions=results)

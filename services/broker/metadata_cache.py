@@ -1,0 +1,104 @@
+"""The broker's view of the cluster, replaced wholesale by each UpdateMetadata.
+
+The controller sends the full snapshot (brokers, every topic with its partitions' leader, ISR
+and epochs, the controller and the cluster id); this cache swaps it in one assignment, so a
+reader never sees half of an update. Owned by the event loop: ``update`` is called only by the
+UpdateMetadata handler (after controller-epoch fencing), readers are handlers on the same loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from headwater.errors import UnknownTopicOrPartitionError
+from headwater.v1 import broker_pb2, metadata_pb2
+from headwater.v1.errors_pb2 import ErrorCode
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    cluster_id: str = ""
+    controller_id: int = -1
+    controller: metadata_pb2.BrokerInfo | None = None
+    brokers: tuple[metadata_pb2.BrokerInfo, ...] = ()
+    topics: dict[str, metadata_pb2.TopicMetadata] = field(default_factory=dict)
+
+
+class MetadataCache:
+    """Topics, partition states, brokers, controller id and cluster id as last pushed."""
+
+    def __init__(self) -> None:
+        self._snap = _Snapshot()
+
+    def update(self, request: broker_pb2.UpdateMetadataRequest) -> None:
+        """Replace the whole view with the request's snapshot."""
+        controller = None
+        if request.HasField("controller"):
+            controller = metadata_pb2.BrokerInfo()
+            controller.CopyFrom(request.controller)
+        topics: dict[str, metadata_pb2.TopicMetadata] = {}
+        for t in request.topics:
+            copy = metadata_pb2.TopicMetadata()
+            copy.CopyFrom(t)
+            topics[t.name] = copy
+        brokers = []
+        for b in request.brokers:
+            copy_b = metadata_pb2.BrokerInfo()
+            copy_b.CopyFrom(b)
+            brokers.append(copy_b)
+        self._snap = _Snapshot(
+            cluster_id=request.cluster_id,
+            controller_id=request.controller_id,
+            controller=controller,
+            brokers=tuple(brokers),
+            topics=topics,
+        )
+
+    @property
+    def cluster_id(self) -> str:
+        return self._snap.cluster_id
+
+    def topic(self, name: str) -> metadata_pb2.TopicMetadata | None:
+        return self._snap.topics.get(name)
+
+    def partition_count(self, topic: str) -> int:
+        """Number of partitions of ``topic``; raises UnknownTopicOrPartitionError."""
+        t = self._snap.topics.get(topic)
+        if t is None or not t.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+        return len(t.partitions)
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        t = self._snap.topics.get(topic)
+        return t is not None and any(p.partition == partition for p in t.partitions)
+
+    def describe(self, topics: Iterable[str] = ()) -> metadata_pb2.MetadataResponse:
+        """The Metadata answer: all topics when ``topics`` is empty, else the ones asked for.
+
+        A requested topic that is not known gets ``UNKNOWN_TOPIC_OR_PARTITION`` in its
+        ``TopicMetadata.error_code`` (the request as a whole succeeds).
+        """
+        snap = self._snap
+        wanted = list(dict.fromkeys(topics))
+        resp = metadata_pb2.MetadataResponse(
+            controller_id=snap.controller_id,
+            cluster_id=snap.cluster_id,
+            brokers=snap.brokers,
+        )
+        if snap.controller is not None:
+            resp.controller.CopyFrom(snap.controller)
+        if not wanted:
+            resp.topics.extend(snap.topics[name] for name in sorted(snap.topics))
+            return resp
+        for name in wanted:
+            t = snap.topics.get(name)
+            if t is None:
+                resp.topics.append(
+                    metadata_pb2.TopicMetadata(
+                        name=name, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    )
+                )
+            else:
+                resp.topics.append(t)
+        return resp

@@ -1,0 +1,259 @@
+"""The partitions this broker hosts, and the controller's commands that change them.
+
+State owned here (all on the event loop):
+
+* ``partitions``: ``(topic, partition) -> Partition`` for every replica the controller assigned
+  to this broker since start (LeaderAndIsr adds or updates, StopReplica removes);
+* ``controller_epoch``: the highest controller epoch seen; requests carrying an older one are
+  refused with ``STALE_CONTROLLER_EPOCH`` (a deposed controller cannot change anything);
+* ``broker_epoch``: this broker's registration epoch (the etcd create revision of its key), set
+  by the registration task; control requests must carry exactly this value, else
+  ``STALE_BROKER_EPOCH`` (they were meant for an earlier incarnation of this broker). Until the
+  broker is registered every control request is refused that way.
+
+Control requests (LeaderAndIsr, UpdateMetadata, StopReplica) run one at a time under
+``_control_lock``; they create, open, close and delete logs through the ``LogManager`` in
+worker threads. A whole-request rejection (fencing) is answered in the response's
+``error_code``; partition-level failures in the per-partition list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from headwater.batch import now_ms
+from headwater.config import resolve_topic_config
+from headwater.errors import (
+    HeadwaterError,
+    NotLeaderOrFollowerError,
+    StaleBrokerEpochError,
+    StaleControllerEpochError,
+    UnknownTopicOrPartitionError,
+    message_of,
+)
+from headwater.v1 import broker_pb2
+from headwater.v1.errors_pb2 import ErrorCode
+from services.broker import metrics
+from services.broker.codes import error_code
+from services.broker.metadata_cache import MetadataCache
+from services.broker.partition import Partition, Role
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+
+
+class ReplicaManager:
+    """Hosted partitions, controller fencing and the control RPCs' effects."""
+
+    def __init__(self, broker_id: int, log_manager: Any, metadata: MetadataCache) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.metadata = metadata
+        self.partitions: dict[Key, Partition] = {}
+        self.controller_epoch = -1
+        self.broker_epoch: int | None = None
+        self._control_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ lookups (handlers)
+
+    def get(self, topic: str, partition: int) -> Partition | None:
+        return self.partitions.get((topic, partition))
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        """The partition if this broker leads it; raises UNKNOWN_TOPIC_OR_PARTITION when the
+        cluster does not know it, NOT_LEADER_OR_FOLLOWER when another broker leads it."""
+        p = self.partitions.get((topic, partition))
+        if p is None or p.role is Role.OFFLINE:
+            if self.metadata.has_partition(topic, partition):
+                raise NotLeaderOrFollowerError(
+                    f"broker {self.broker_id} does not lead {topic}-{partition}"
+                )
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+        if not p.is_leader:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of {topic}-{partition} "
+                f"(leader {p.leader_id})"
+            )
+        return p
+
+    # ------------------------------------------------------------------ fencing
+
+    def _check_fence(self, controller_epoch: int, broker_epoch: int) -> None:
+        if self.broker_epoch is None or broker_epoch != self.broker_epoch:
+            raise StaleBrokerEpochError(
+                f"request for broker epoch {broker_epoch}, this broker's epoch is "
+                f"{self.broker_epoch}"
+            )
+        if controller_epoch < self.controller_epoch:
+            raise StaleControllerEpochError(
+                f"controller epoch {controller_epoch} is older than {self.controller_epoch}"
+            )
+        self.controller_epoch = controller_epoch
+
+    # ------------------------------------------------------------------ control RPCs
+
+    async def update_metadata(
+        self, req: broker_pb2.UpdateMetadataRequest
+    ) -> broker_pb2.UpdateMetadataResponse:
+        async with self._control_lock:
+            try:
+                self._check_fence(req.controller_epoch, req.broker_epoch)
+            except HeadwaterError as exc:
+                log.warning("UpdateMetadata refused: %s", exc)
+                return broker_pb2.UpdateMetadataResponse(error_code=error_code(exc))
+            self.metadata.update(req)
+            return broker_pb2.UpdateMetadataResponse(error_code=ErrorCode.NONE)
+
+    async def leader_and_isr(
+        self, req: broker_pb2.LeaderAndIsrRequest
+    ) -> broker_pb2.LeaderAndIsrResponse:
+        async with self._control_lock:
+            try:
+                self._check_fence(req.controller_epoch, req.broker_epoch)
+            except HeadwaterError as exc:
+                log.warning("LeaderAndIsr refused: %s", exc)
+                return broker_pb2.LeaderAndIsrResponse(error_code=error_code(exc))
+            resp = broker_pb2.LeaderAndIsrResponse(error_code=ErrorCode.NONE)
+            for a in req.partitions:
+                try:
+                    await self._apply_assignment(a)
+                    code, message = ErrorCode.NONE, ""
+                except Exception as exc:
+                    if not isinstance(exc, HeadwaterError):
+                        log.exception("LeaderAndIsr for %s-%d failed", a.topic, a.state.partition)
+                    code, message = error_code(exc), message_of(exc)
+                resp.partitions.append(
+                    broker_pb2.PartitionError(
+                        topic=a.topic,
+                        partition=a.state.partition,
+                        error_code=code,
+                        error_message=message,
+                    )
+                )
+            self._update_role_gauges()
+            return resp
+
+    async def _apply_assignment(self, a: broker_pb2.PartitionAssignment) -> None:
+        state = a.state
+        key = (a.topic, state.partition)
+        if self.broker_id not in state.replicas:
+            raise UnknownTopicOrPartitionError(
+                f"broker {self.broker_id} is not a replica of {a.topic}-{state.partition}"
+            )
+        config = resolve_topic_config(dict(a.configs))
+        p = self.partitions.get(key)
+        if p is not None and a.topic_id and p.topic_id and a.topic_id != p.topic_id:
+            # The topic was deleted and re-created while this broker missed the StopReplica.
+            log.warning("%s-%d: topic id changed, deleting the old log", a.topic, state.partition)
+            await self._stop(p, delete=True)
+            p = None
+        if p is not None:
+            if state.leader_epoch < p.leader_epoch:
+                raise StaleControllerEpochError(
+                    f"{a.topic}-{state.partition}: leader epoch {state.leader_epoch} is older "
+                    f"than the current {p.leader_epoch}"
+                )
+            if config != p.config:
+                await p.run_exclusive(lambda: p.update_config(config))  # type: ignore[union-attr]
+        else:
+            log_ = await asyncio.to_thread(
+                self.log_manager.get_or_create, a.topic, state.partition, config
+            )
+            p = Partition(a.topic, state.partition, log_, config, self.broker_id)
+            self.partitions[key] = p
+            metrics.set_log_size(a.topic, state.partition, int(log_.size_in_bytes))
+        p.topic_id = a.topic_id or p.topic_id
+        p.apply_state(
+            leader=state.leader,
+            leader_epoch=state.leader_epoch,
+            partition_epoch=state.partition_epoch,
+            replicas=list(state.replicas),
+            isr=list(state.isr),
+        )
+        log.info("%r (replicas %s, isr %s)", p, list(p.replicas), list(p.isr))
+
+    async def stop_replica(
+        self, req: broker_pb2.StopReplicaRequest
+    ) -> broker_pb2.StopReplicaResponse:
+        async with self._control_lock:
+            try:
+                self._check_fence(req.controller_epoch, req.broker_epoch)
+            except HeadwaterError as exc:
+                log.warning("StopReplica refused: %s", exc)
+                return broker_pb2.StopReplicaResponse(error_code=error_code(exc))
+            resp = broker_pb2.StopReplicaResponse(error_code=ErrorCode.NONE)
+            for sp in req.partitions:
+                try:
+                    p = self.partitions.get((sp.topic, sp.partition))
+                    if p is not None:
+                        await self._stop(p, delete=sp.delete)
+                    elif sp.delete:
+                        # Not opened since start, but its data may still be on disk.
+                        await asyncio.to_thread(self.log_manager.delete, sp.topic, sp.partition)
+                    code, message = ErrorCode.NONE, ""
+                except Exception as exc:
+                    log.exception("StopReplica for %s-%d failed", sp.topic, sp.partition)
+                    code, message = error_code(exc), message_of(exc)
+                resp.partitions.append(
+                    broker_pb2.PartitionError(
+                        topic=sp.topic,
+                        partition=sp.partition,
+                        error_code=code,
+                        error_message=message,
+                    )
+                )
+            self._update_role_gauges()
+            return resp
+
+    async def _stop(self, p: Partition, *, delete: bool) -> None:
+        """Take ``p`` offline (waking its fetch streams), then close or delete its log."""
+        self.partitions.pop((p.topic, p.partition), None)
+        p.go_offline()
+        if delete:
+            await p.run_exclusive(lambda: self.log_manager.delete(p.topic, p.partition))
+        else:
+            await p.run_exclusive(p.log.close)
+        metrics.forget_partition(p.topic, p.partition)
+        log.info("stopped %s-%d (delete=%s)", p.topic, p.partition, delete)
+
+    def _update_role_gauges(self) -> None:
+        leaders = sum(1 for p in self.partitions.values() if p.is_leader)
+        metrics.PARTITIONS.labels("leader").set(leaders)
+        metrics.PARTITIONS.labels("follower").set(len(self.partitions) - leaders)
+
+    # ------------------------------------------------------------------ maintenance
+
+    async def retention_pass(self) -> None:
+        """Delete expired segments (time and size retention) of every hosted log."""
+        await self._maintenance(lambda: self.log_manager.retention_pass(now_ms()))
+        for p in list(self.partitions.values()):
+            metrics.set_log_size(p.topic, p.partition, int(p.log.size_in_bytes))
+
+    async def flush_pass(self) -> None:
+        """fsync logs whose flush.messages / flush.ms policy is due."""
+        await self._maintenance(lambda: self.log_manager.flush_pass(now_ms()))
+
+    async def _maintenance(self, fn: Any) -> None:
+        async with self._control_lock:
+            await asyncio.to_thread(fn)
+
+    async def shutdown(self) -> None:
+        """Take every partition offline and close every log (clean-shutdown marker)."""
+        async with self._control_lock:
+            parts = list(self.partitions.values())
+            self.partitions.clear()
+            for p in parts:
+                p.go_offline()
+            for p in parts:
+                await p.run_exclusive(lambda: None)  # wait for an in-flight append
+            await asyncio.to_thread(self._close_all)
+
+    def _close_all(self) -> None:
+        for lg in list(self.log_manager.all_logs()):
+            try:
+                lg.close()
+            except Exception:
+                log.exception("closing %r failed", lg)

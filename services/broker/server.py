@@ -1,0 +1,191 @@
+"""The broker process: wiring, long-lived tasks, registration and shutdown.
+
+Everything runs on one asyncio loop (``asyncio.run(serve(...))``). Who owns what:
+
+* gRPC server (``headwater.rpc.server.start_server``): one task per RPC; handlers read and
+  change state only through the ``ReplicaManager`` and ``MetadataCache`` (on the loop).
+* ``ReplicaManager``: hosted partitions, controller and broker epochs; control RPCs are
+  serialised by its control lock. Each ``Partition`` serialises its own appends.
+* ``LogManager`` (storage): log directories and logs; its blocking calls run in worker threads.
+* Named guarded tasks (a failure is logged and stops the broker rather than dying silently):
+
+  - ``broker-registration``: re-registers in etcd when the lease is lost
+    (:class:`services.broker.registration.Registration`); the lease keepalive itself is a task
+    owned by the etcd adapter's ``LeaseKeeper``;
+  - ``broker-retention``: every ``RETENTION_INTERVAL_S``, deletes expired segments;
+  - ``broker-flush``: every ``FLUSH_INTERVAL_S``, fsyncs logs whose flush policy is due.
+
+Start order: log manager -> gRPC server (port bound) -> etcd registration (the controller may
+now send LeaderAndIsr) -> ready file. Stop order (SIGTERM/SIGINT): health NOT_SERVING and stop
+the gRPC server (in-flight calls get ``STOP_GRACE_S``), cancel the tasks, close every log
+(clean-shutdown marker), revoke the lease (the controller sees the broker leave at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from headwater import etcd as hetcd
+from headwater.rpc.server import start_server
+from services.broker import servicer
+from services.broker.metadata_cache import MetadataCache
+from services.broker.registration import Registration
+from services.broker.replica_manager import ReplicaManager
+from services.broker.storage import LogManager
+
+log = logging.getLogger(__name__)
+
+RETENTION_INTERVAL_S = 30.0
+FLUSH_INTERVAL_S = 1.0
+STOP_GRACE_S = 1.0
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    broker_id: int
+    host: str
+    port: int
+    data_dirs: list[Path]
+    etcd: str
+    metrics_port: int
+    rack: str = ""
+    ready_file: Path | None = None
+
+
+def create_guarded_task(
+    coro: Awaitable[None], *, name: str, on_failure: Callable[[], None]
+) -> asyncio.Task[None]:
+    """A named task whose crash or unexpected return is logged and reported."""
+
+    async def guarded() -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("task %s failed", name)
+            on_failure()
+            return
+        log.error("task %s exited unexpectedly", name)
+        on_failure()
+
+    return asyncio.create_task(guarded(), name=name)
+
+
+async def _every(interval: float, name: str, fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn`` every ``interval`` seconds; a failing pass is logged, the loop goes on."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await fn()
+        except Exception:
+            log.exception("%s pass failed", name)
+
+
+def _write_ready_file(path: Path, port: int, metrics_port: int) -> None:
+    """Write ``{"port", "metrics_port"}`` atomically (temp file + rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"port": port, "metrics_port": metrics_port}))
+    os.replace(tmp, path)
+
+
+async def serve(settings: BrokerSettings) -> int:
+    """Run the broker until SIGTERM/SIGINT (returns 0) or a fatal task failure (returns 1)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    exit_code = 0
+
+    def fail() -> None:
+        nonlocal exit_code
+        exit_code = 1
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    for d in settings.data_dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    log_manager = await asyncio.to_thread(LogManager, [str(d) for d in settings.data_dirs])
+    metadata = MetadataCache()
+    rm = ReplicaManager(settings.broker_id, log_manager, metadata)
+
+    running = await start_server(
+        host=settings.host,
+        port=settings.port,
+        register=[servicer.registrar(rm)],
+        service="broker",
+        metrics_port=settings.metrics_port,
+    )
+    tasks: list[asyncio.Task[None]] = []
+    client: hetcd.Etcd | None = None
+    registration: Registration | None = None
+    try:
+        client = await hetcd.Etcd.connect(settings.etcd)
+
+        def set_epoch(epoch: int | None) -> None:
+            rm.broker_epoch = epoch
+
+        registration = Registration(
+            client,
+            settings.broker_id,
+            host=settings.host,
+            port=running.port,
+            rack=settings.rack,
+            metrics_url=f"http://{settings.host}:{running.metrics_port}/metrics",
+            on_epoch=set_epoch,
+        )
+        await registration.register()
+        # The tasks, one line each:
+        tasks.append(  # re-register under a new lease when the lease is lost
+            create_guarded_task(registration.run(), name="broker-registration", on_failure=fail)
+        )
+        tasks.append(  # time and size retention: delete whole expired segments
+            create_guarded_task(
+                _every(RETENTION_INTERVAL_S, "retention", rm.retention_pass),
+                name="broker-retention",
+                on_failure=fail,
+            )
+        )
+        tasks.append(  # flush.messages / flush.ms
+            create_guarded_task(
+                _every(FLUSH_INTERVAL_S, "flush", rm.flush_pass),
+                name="broker-flush",
+                on_failure=fail,
+            )
+        )
+        if settings.ready_file is not None:
+            _write_ready_file(settings.ready_file, running.port, running.metrics_port)
+        log.info(
+            "broker %d serving on %s:%d (epoch %s)",
+            settings.broker_id,
+            settings.host,
+            running.port,
+            rm.broker_epoch,
+        )
+        await stop.wait()
+        log.info("broker %d stopping", settings.broker_id)
+    except Exception:
+        log.exception("broker %d failed", settings.broker_id)
+        exit_code = 1
+    finally:
+        await running.stop(STOP_GRACE_S)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        await rm.shutdown()
+        if registration is not None:
+            await registration.close()
+        if client is not None:
+            await client.close()
+        log.info("broker %d stopped", settings.broker_id)
+    return exit_code
