@@ -1,0 +1,56 @@
+# Headwater developer commands. CI runs exactly `make ci` (see .ci/run).
+#
+#   make dev     install if needed, then start a local cluster (etcd, controller, broker)
+#   make test    install if needed, then run every test
+#   make lint    ruff check, ruff format --check, mypy
+#   make proto   regenerate headwater/v1/ from proto/
+#   make fuzz    a longer fuzzing campaign of the batch decoder (not part of CI)
+#
+# `install` creates .venv with $(PYTHON) and installs the project editable with its dev extras;
+# it re-runs only when pyproject.toml changes (the stamp file records the last install).
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+DATA_DIR ?= ./data
+FUZZ_EXAMPLES ?= 20000
+
+# the interpreter that creates the venv is looked up on the caller's PATH, not the venv's
+SYSTEM_PATH := $(PATH)
+# every recipe sees the venv's tools first (python, pip, ruff, mypy, pytest, etcd, headwater)
+export PATH := $(BIN):$(PATH)
+
+.PHONY: install proto lint test dev ci fuzz clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	PATH="$(SYSTEM_PATH)" $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+proto: $(STAMP)
+	PYTHON=$(BIN)/python bash scripts/gen_proto.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy headwater services
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+dev: $(STAMP)
+	$(BIN)/headwater dev --data-dir $(DATA_DIR)
+
+fuzz: $(STAMP)
+	HEADWATER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/batch/test_batch_fuzz.py
+
+ci: install
+	$(MAKE) lint
+	$(MAKE) test
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
