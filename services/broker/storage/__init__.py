@@ -1,0 +1,15 @@
+"""The broker's storage engine: partition logs of segments on local disk.
+
+Pure synchronous Python and ``os`` file I/O (no gRPC, no asyncio). Layers, each importing only
+the ones above it in this list:
+
+* ``fileio``        short-write/short-read loops around ``os``
+* ``offset_index``  ``<base>.index``: sparse offset -> position (8-byte entries)
+* ``time_index``    ``<base>.timeindex``: sparse timestamp -> offset (12-byte entries)
+* ``segment``       ``LogSegment``: one ``<base>.log`` + its indexes; append, read, recovery
+* ``checkpoint``    ``partition.checkpoint`` and the clean-shutdown marker
+* ``log``           ``Log``: one partition directory; offsets, roll, retention, flush
+* ``log_manager``   ``LogManager``: every partition in every log directory
+
+The on-disk format and the behaviour are described in ``docs/storage.md``.
+"""

@@ -1,0 +1,548 @@
+"""One partition's log: the directory ``<topic>-<partition>`` of segments.
+
+Layout of the directory::
+
+    00000000000000000000.log / .index / .timeindex   one segment per base offset
+    00000000000000052311.log / .index / .timeindex   (the last one is the active segment)
+    partition.checkpoint                            log start offset, recovery point
+    .clean_shutdown                                 present only while the log is closed cleanly
+
+Offsets are dense and assigned here: each appended batch gets ``base_offset`` = the log end
+offset (LEO) and the LEO advances by ``last_offset_delta + 1``. Segments are ordered by base
+offset; a segment's batches all lie in ``[its base, next segment's base)``.
+
+Concurrency contract:
+
+* Mutations (``append``, ``roll``, ``truncate_to``, ``truncate_fully_and_start_at``,
+  ``delete_retention``, ``flush``, ``maybe_flush``, ``update_config``, ``close``, ``delete``)
+  are serialised by an internal lock; the broker still has one owner per partition so that
+  appends keep their order. They may block on disk I/O: call them off the event loop.
+* ``read`` and ``offset_for_timestamp`` take no lock and may run in any number of threads at
+  once. Each call captures the immutable :class:`_Snapshot` once (segments tuple, their end
+  positions, log start and end offsets) and never reads past it, so it sees a consistent
+  prefix of the log. A segment removed by retention stays readable through the snapshots
+  that hold it: its files are unlinked, but its log file descriptor is closed only when the
+  last reference goes (``LogSegment`` module doc). ``truncate_to`` shortens files in place;
+  a reader racing with it may get fewer batches than its snapshot promised (never a partial
+  batch), which is why truncation below the high watermark must only happen on followers.
+* ``close`` closes descriptors at once: stop readers first.
+"""
+
+from __future__ import annotations
+
+import bisect
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from headwater.batch.codec import now_ms, patch_header, set_log_append_time
+from headwater.batch.layout import HEADER_SIZE, BatchHeader, parse_header
+from headwater.config import TopicConfig
+from headwater.errors import (
+    CorruptRecordError,
+    InvalidRequestError,
+    KafkaStorageError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+)
+from services.broker.storage import checkpoint
+from services.broker.storage.segment import BatchMeta, LogSegment, TimestampMatch
+
+Clock = Callable[[], int]
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """Result of :meth:`Log.append`: the offsets assigned and what was stamped."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    #: The broker's timestamp when the topic uses LogAppendTime, else -1.
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSlice:
+    """Whole batches read from the log: ``data`` holds batches ``[first_offset, next_offset)``.
+
+    ``first_offset`` is the base offset of the first batch (it may be below the offset asked
+    for: a batch is never split); empty ``data`` has ``first_offset == next_offset``.
+    """
+
+    data: bytes
+    first_offset: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    segments: tuple[LogSegment, ...]
+    bases: tuple[int, ...]
+    #: Byte size of each segment except the last (sealed segments do not grow).
+    sealed_ends: tuple[int, ...]
+    active_end: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class Log:
+    """A partition's segments, offsets, retention, flushing and recovery (see module doc)."""
+
+    def __init__(self, directory: Path, config: TopicConfig, *, clock: Clock = now_ms) -> None:
+        self.dir = Path(directory)
+        self.config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._sealed_unflushed: list[LogSegment] = []
+        self._leo = 0
+        self._log_start = 0
+        self._recovery_point = 0
+        self._size = 0
+        self._unflushed_records = 0
+        self._first_unflushed_ms: int | None = None
+        self._written_checkpoint: checkpoint.Checkpoint | None = None
+        self._closed = False
+        #: Bytes cut off by recovery when this log was opened (0 after a clean shutdown).
+        self.recovered_bytes_truncated = 0
+        self._snap: _Snapshot
+        self._load()
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(
+            self.dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+        )
+
+    def _load(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        clean = checkpoint.take_clean_shutdown(self.dir)
+        cp = checkpoint.read_checkpoint(self.dir)
+        bases = sorted(
+            int(p.stem) for p in self.dir.glob("*.log") if len(p.stem) == 20 and p.stem.isdigit()
+        )
+        for stray in [*self.dir.glob("*.index"), *self.dir.glob("*.timeindex")]:
+            if not stray.stem.isdigit() or int(stray.stem) not in bases:
+                stray.unlink()
+        recovery_point = cp.recovery_point if cp else 0
+        now = self._clock()
+        segs = [self._new_segment(b) for b in bases]
+        i = 0
+        while i < len(segs):
+            seg = segs[i]
+            next_base = segs[i + 1].base_offset if i + 1 < len(segs) else None
+            must_scan = not clean and (next_base is None or next_base > recovery_point)
+            if must_scan or not seg.load(next_base, now):
+                cut = seg.recover()
+                self.recovered_bytes_truncated += cut
+                if seg.rolling_base_ms is not None:
+                    seg.rolling_base_ms = min(seg.rolling_base_ms, now)
+                if next_base is not None and (cut > 0 or seg.next_offset > next_base):
+                    # Nothing after damage in a sealed segment can be trusted or served.
+                    for later in segs[i + 1 :]:
+                        self.recovered_bytes_truncated += later.size
+                        later.delete()
+                        later.close()
+                    del segs[i + 1 :]
+            i += 1
+        if not segs:
+            segs = [self._new_segment(cp.log_start_offset if cp else 0)]
+        self._segments = segs
+        self._leo = segs[-1].next_offset
+        self._size = sum(s.size for s in segs)
+        start = cp.log_start_offset if cp else 0
+        self._log_start = min(max(start, segs[0].base_offset), self._leo)
+        self._recovery_point = min(recovery_point, self._leo)
+        self._publish(structure_changed=True)
+        self._write_checkpoint()
+
+    # -- snapshot -----------------------------------------------------------------------
+
+    def _publish(self, *, structure_changed: bool = False) -> None:
+        """Install a new read snapshot (after every mutation; caller holds the lock)."""
+        segs = self._segments
+        if structure_changed:
+            seg_tuple = tuple(segs)
+            bases = tuple(s.base_offset for s in segs)
+            ends = tuple(s.size for s in segs[:-1])
+        else:
+            old = self._snap
+            seg_tuple, bases, ends = old.segments, old.bases, old.sealed_ends
+        self._snap = _Snapshot(seg_tuple, bases, ends, segs[-1].size, self._log_start, self._leo)
+
+    # -- appending ----------------------------------------------------------------------
+
+    def append(
+        self,
+        buf: Buffer,
+        batches: Sequence[tuple[int, BatchHeader]],
+        leader_epoch: int,
+        *,
+        log_append_time: int | None = None,
+    ) -> AppendInfo:
+        """Assign offsets to ``batches`` (validated, positions in ``buf``) and write them.
+
+        Each batch's 64-byte header is copied, patched (base offset, leader epoch) and
+        written followed by a view of the rest of the batch: the records are never copied.
+        With ``message.timestamp.type=LogAppendTime`` each batch is copied once and stamped
+        with ``log_append_time`` (default: the clock). Rolls first when the active segment
+        is full by size, age or index. Raises InvalidRequestError (nothing written) when
+        ``batches`` is empty or does not lie inside ``buf``; KafkaStorageError on I/O errors
+        (nothing written).
+        """
+        view = memoryview(buf).cast("B")
+        if not batches:
+            raise InvalidRequestError("append of zero batches")
+        total = 0
+        offsets = 0
+        for pos, h in batches:
+            if pos < 0 or pos + h.total_size > view.nbytes or h.total_size < HEADER_SIZE:
+                raise InvalidRequestError(
+                    f"batch at {pos} ({h.total_size} B) is outside the buffer"
+                )
+            total += h.total_size
+            offsets += h.last_offset_delta + 1
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            stamp = self.config.message_timestamp_type == "LogAppendTime"
+            append_time = (log_append_time if log_append_time is not None else now) if stamp else -1
+            seg = self._maybe_roll(total, self._leo + offsets - 1, now)
+            pieces: list[Buffer] = []
+            metas: list[BatchMeta] = []
+            nxt = self._leo
+            max_ts, max_ts_offset, records = -1, nxt, 0
+            for pos, h in batches:
+                size = h.total_size
+                if stamp:
+                    whole = bytearray(view[pos : pos + size])
+                    set_log_append_time(whole, append_time)
+                    patch_header(whole, nxt, leader_epoch)
+                    pieces.append(whole)
+                    ts = append_time
+                else:
+                    head = bytearray(view[pos : pos + HEADER_SIZE])
+                    patch_header(head, nxt, leader_epoch)
+                    pieces.append(head)
+                    pieces.append(view[pos + HEADER_SIZE : pos + size])
+                    ts = h.max_timestamp
+                last = nxt + h.last_offset_delta
+                metas.append(BatchMeta(nxt, last, ts, size))
+                if ts > max_ts:
+                    max_ts, max_ts_offset = ts, nxt
+                records += h.record_count
+                nxt = last + 1
+            seg.append(pieces, metas, now)
+            first = self._leo
+            self._leo = nxt
+            self._size += total
+            self._unflushed_records += records
+            if self._first_unflushed_ms is None:
+                self._first_unflushed_ms = now
+            self._publish()
+            if 0 < self.config.flush_messages <= self._unflushed_records:
+                self.flush()
+            return AppendInfo(
+                first, nxt - 1, max_ts, max_ts_offset, append_time, self._log_start, records, total
+            )
+
+    def _maybe_roll(self, nbytes: int, last_offset: int, now: int) -> LogSegment:
+        seg = self._segments[-1]
+        cfg = self.config
+        if seg.size > 0 and (
+            seg.size + nbytes > cfg.segment_bytes
+            or (seg.rolling_base_ms is not None and now - seg.rolling_base_ms >= cfg.segment_ms)
+            or seg.indexes_full
+            or not seg.can_hold(last_offset, nbytes)
+        ):
+            seg = self.roll()
+        if not seg.can_hold(last_offset, nbytes):
+            raise MessageTooLargeError(
+                f"one append of {nbytes} bytes / offsets up to {last_offset} exceeds a segment"
+            )
+        return seg
+
+    def roll(self) -> LogSegment:
+        """Seal the active segment and start a new one at the log end offset."""
+        with self._lock:
+            self._check_open()
+            old = self._segments[-1]
+            if old.size == 0:
+                return old
+            old.seal()
+            self._sealed_unflushed.append(old)
+            seg = self._new_segment(self._leo)
+            self._segments.append(seg)
+            self._publish(structure_changed=True)
+            return seg
+
+    # -- reading (any thread, no lock) --------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchSlice:
+        """Whole batches from the one containing ``offset``, about ``max_bytes`` of them.
+
+        Stops before a batch whose base offset is >= ``max_offset`` (the high watermark for
+        consumers) and at the end of the segment; returns at least one batch, however large,
+        when one is visible. Empty at the log end (or at/after ``max_offset``). Raises
+        OffsetOutOfRangeError when ``offset`` is below the log start or above the log end.
+        """
+        snap = self._snap
+        if offset < snap.log_start_offset or offset > snap.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{snap.log_start_offset}, {snap.log_end_offset}]"
+            )
+        limit = snap.log_end_offset if max_offset is None else min(max_offset, snap.log_end_offset)
+        i = bisect.bisect_right(snap.bases, offset) - 1
+        last = len(snap.segments) - 1
+        while offset < limit and 0 <= i <= last:
+            seg = snap.segments[i]
+            end = snap.active_end if i == last else snap.sealed_ends[i]
+            found = seg.find_position(offset, end)
+            if found is None:
+                i += 1
+                continue
+            pos, h = found
+            if h.base_offset >= limit:
+                break
+            return _read_batches(seg, pos, h, end, max_bytes, limit)
+        return FetchSlice(b"", offset, offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampMatch | None:
+        """The first record (offset, timestamp) with timestamp >= ``timestamp``, or None."""
+        snap = self._snap
+        last = len(snap.segments) - 1
+        for i, seg in enumerate(snap.segments):
+            if seg.max_timestamp < timestamp:
+                continue
+            end = snap.active_end if i == last else snap.sealed_ends[i]
+            found = seg.find_timestamp(timestamp, snap.log_start_offset, end)
+            if found is not None and found.offset < snap.log_end_offset:
+                return found
+        return None
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._snap.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._snap.log_end_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._size
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._snap.segments)
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._snap.bases)
+
+    # -- retention and truncation -------------------------------------------------------
+
+    def delete_retention(self, now_ms: int) -> int:
+        """Delete whole oldest segments past retention.ms / retention.bytes; how many.
+
+        A segment expires by time when its largest timestamp is older than ``retention.ms``;
+        by size while the log minus that segment is still >= ``retention.bytes``. The
+        active segment is never deleted. Advances (and checkpoints) the log start offset.
+        """
+        with self._lock:
+            self._check_open()
+            cfg, segs = self.config, self._segments
+            n = 0
+            if cfg.retention_ms >= 0:
+                while n < len(segs) - 1 and now_ms - segs[n].largest_timestamp() > cfg.retention_ms:
+                    n += 1
+            if cfg.retention_bytes >= 0:
+                excess = self._size - sum(s.size for s in segs[:n]) - cfg.retention_bytes
+                while n < len(segs) - 1 and excess - segs[n].size >= 0:
+                    excess -= segs[n].size
+                    n += 1
+            if n:
+                self._delete_oldest(n)
+            return n
+
+    def _delete_oldest(self, n: int) -> None:
+        gone = self._segments[:n]
+        del self._segments[:n]
+        self._size -= sum(s.size for s in gone)
+        self._log_start = max(self._log_start, self._segments[0].base_offset)
+        self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in gone]
+        self._publish(structure_changed=True)  # new readers no longer see them
+        for seg in gone:
+            seg.delete()  # unlink; the fd closes when the last reader drops the segment
+        self._write_checkpoint()
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or above ``offset`` (whole batches: a batch containing
+        ``offset`` goes too). Below the log start, empties the log and restarts at ``offset``.
+        """
+        with self._lock:
+            self._check_open()
+            if offset >= self._leo:
+                return
+            if offset < self._log_start:
+                self.truncate_fully_and_start_at(offset)
+                return
+            k = bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
+            gone = self._segments[k + 1 :]
+            del self._segments[k + 1 :]
+            self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in gone]
+            self._publish(structure_changed=True)
+            for seg in gone:
+                seg.delete()
+            active = self._segments[-1]
+            if active in self._sealed_unflushed:
+                self._sealed_unflushed.remove(active)
+            self._leo = active.truncate_to_offset(offset)
+            self._after_truncation()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log empty at ``offset`` (a follower that
+        fell out of the leader's range)."""
+        with self._lock:
+            self._check_open()
+            gone = self._segments
+            for seg in gone:
+                seg.delete()  # unlink first: the new segment may reuse a base offset's names
+            self._segments = [self._new_segment(offset)]
+            self._sealed_unflushed = []
+            self._leo = self._log_start = offset
+            self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self._size = sum(s.size for s in self._segments)
+        self._recovery_point = min(self._recovery_point, self._leo)
+        self._log_start = min(self._log_start, self._leo)
+        self._publish(structure_changed=True)
+        self._write_checkpoint()
+
+    # -- flushing -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush; recovery point = log end."""
+        with self._lock:
+            self._check_open()
+            for seg in [*self._sealed_unflushed, self._segments[-1]]:
+                seg.flush()
+            self._sealed_unflushed = []
+            self._recovery_point = self._leo
+            self._unflushed_records = 0
+            self._first_unflushed_ms = None
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Periodic flush policy; True when it fsynced the active segment.
+
+        Sealed segments are always fsynced here (the recovery point then moves to the active
+        segment's base); the active one when ``flush.ms`` >= 0 and its oldest unflushed
+        append is that old (``flush.messages`` is applied by ``append`` itself). Writes the
+        checkpoint when the recovery point or log start moved.
+        """
+        with self._lock:
+            self._check_open()
+            flushed = False
+            if self._sealed_unflushed:
+                for seg in self._sealed_unflushed:
+                    seg.flush()
+                self._sealed_unflushed = []
+                self._recovery_point = max(self._recovery_point, self._segments[-1].base_offset)
+            first = self._first_unflushed_ms
+            if (
+                self.config.flush_ms >= 0
+                and first is not None
+                and now_ms - first >= self.config.flush_ms
+            ):
+                self.flush()
+                flushed = True
+            self._write_checkpoint()
+            return flushed
+
+    def _write_checkpoint(self) -> None:
+        cp = checkpoint.Checkpoint(self._log_start, self._recovery_point)
+        if cp != self._written_checkpoint:
+            try:
+                checkpoint.write_checkpoint(self.dir, cp)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot write checkpoint in {self.dir}: {exc}") from exc
+            self._written_checkpoint = cp
+
+    # -- configuration and lifecycle ----------------------------------------------------
+
+    def update_config(self, config: TopicConfig) -> None:
+        """New limits apply from the next append (index sizes: from the next segment)."""
+        with self._lock:
+            self.config = config
+            self._segments[-1].index_interval_bytes = config.index_interval_bytes
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log {self.dir.name} is closed")
+
+    def close(self, *, mark_clean: bool = True) -> None:
+        """fsync, checkpoint, write the clean-shutdown marker, close every descriptor.
+
+        ``mark_clean=False`` skips the fsync and the marker, as if the process had died:
+        the next open validates the tail.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            if mark_clean:
+                self.flush()
+                self._write_checkpoint()
+            self._closed = True
+            for seg in self._segments:
+                seg.close()
+            if mark_clean:
+                checkpoint.mark_clean_shutdown(self.dir)
+
+    def delete(self) -> None:
+        """Remove the whole partition directory (readers holding segments keep reading)."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.delete()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        s = self._snap
+        return f"Log({self.dir.name}, start={s.log_start_offset}, end={s.log_end_offset})"
+
+
+def _read_batches(
+    seg: LogSegment, pos: int, first: BatchHeader, end: int, max_bytes: int, limit: int
+) -> FetchSlice:
+    """Read whole batches at ``pos`` (the first one always, then while within max_bytes)."""
+    want = min(max(max_bytes, first.total_size), end - pos)
+    data = seg.read(pos, want)
+    p, nxt = 0, first.base_offset
+    while p + HEADER_SIZE <= len(data):
+        try:
+            h = parse_header(data, p)
+        except CorruptRecordError:
+            break
+        if p + h.total_size > len(data) or h.base_offset >= limit:
+            break
+        p += h.total_size
+        nxt = h.next_offset
+    if p < len(data):
+        data = data[:p]
+    return FetchSlice(data, first.base_offset, nxt)

@@ -1,0 +1,395 @@
+"""One log segment: ``<base>.log`` plus its ``<base>.index`` and ``<base>.timeindex``.
+
+``<base>`` is the segment's base offset as 20 decimal digits. The log file is record batches
+(``headwater.batch.layout``) back to back, exactly as served to consumers: nothing else is
+stored. Batch base offsets increase strictly and every batch lies wholly inside the file.
+
+Index entries (see ``offset_index.py`` / ``time_index.py``) are added for a batch when at
+least ``index.interval.bytes`` of log were written since the previous entry (never for the
+batch at position 0, which a lookup finds by default), so finding an offset reads the
+in-memory index and then at most about one interval of batch headers.
+
+Threads: one owner thread calls the mutating methods (``append``, ``recover``, ``load``,
+``truncate_to_offset``, ``seal``, ``flush``, ``close``, ``delete``). Readers call ``read``,
+``find_position`` and ``find_timestamp`` concurrently, passing the end position they captured
+in their snapshot; they never read past it. ``delete`` unlinks the files but leaves the log
+file descriptor open until the segment object is garbage collected (``weakref.finalize``), so
+a reader that already holds the segment keeps reading the unlinked file. ``close`` closes the
+descriptor at once: call it only when no reader can still use the segment (shutdown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from headwater.batch.codec import RecordBatch, verify_crc
+from headwater.batch.layout import HEADER_SIZE, BatchHeader, parse_header
+from headwater.errors import CorruptRecordError, KafkaStorageError
+from services.broker.storage import fileio
+from services.broker.storage.offset_index import MAX_U32, OffsetIndex
+from services.broker.storage.time_index import NO_TIMESTAMP, TimeIndex
+
+#: Bytes read at once when walking batch headers (lookups, tail scans).
+SCAN_CHUNK = 16 * 1024
+#: Bytes read at once by the recovery scan (reused buffer).
+RECOVERY_CHUNK = 8 * 1024 * 1024
+
+
+def file_names(base_offset: int) -> tuple[str, str, str]:
+    """Names of the log, offset index and time index files of a segment."""
+    stem = f"{base_offset:020d}"
+    return f"{stem}.log", f"{stem}.index", f"{stem}.timeindex"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMeta:
+    """What a segment needs to know about a batch it appends (already patched)."""
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampMatch:
+    """The first record with timestamp >= the one asked for."""
+
+    offset: int
+    timestamp: int
+
+
+class _HeaderReader:
+    """Reads batch headers at increasing positions below ``end`` with few ``pread`` calls."""
+
+    __slots__ = ("buf", "end", "fd", "start")
+
+    def __init__(self, fd: int, end: int) -> None:
+        self.fd, self.end = fd, end
+        self.buf, self.start = b"", 0
+
+    def header_at(self, pos: int) -> BatchHeader | None:
+        """The header at ``pos``, or None when fewer than 64 bytes remain before ``end``."""
+        if pos + HEADER_SIZE > self.end:
+            return None
+        if pos < self.start or pos + HEADER_SIZE > self.start + len(self.buf):
+            self.buf = os.pread(self.fd, min(SCAN_CHUNK, self.end - pos), pos)
+            self.start = pos
+            if len(self.buf) < HEADER_SIZE:  # file shrank under us (truncation race)
+                return None
+        return parse_header(self.buf, pos - self.start)
+
+
+class LogSegment:
+    """A log file and its two indexes (format and thread rules in the module doc)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+    ) -> None:
+        log_name, index_name, time_name = file_names(base_offset)
+        self.base_offset = base_offset
+        self.log_path = directory / log_name
+        self.index_interval_bytes = index_interval_bytes
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._closer = weakref.finalize(self, os.close, self.fd)
+        self.offset_index = OffsetIndex(directory / index_name, base_offset, max_index_bytes)
+        self.time_index = TimeIndex(directory / time_name, base_offset, max_index_bytes)
+        #: Bytes of valid batches (the writer's view; readers use their snapshot's end).
+        self.size = os.fstat(self.fd).st_size
+        #: Offset after the last batch (exact for the active segment once loaded).
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        #: When the segment.ms clock started (first append, or first batch's timestamp).
+        self.rolling_base_ms: int | None = None
+        self.deleted = False
+        self._bytes_since_index = 0
+
+    # -- appending ----------------------------------------------------------------------
+
+    def append(
+        self, pieces: list[bytes | bytearray | memoryview], metas: list[BatchMeta], now_ms: int
+    ) -> None:
+        """Write the batches (``pieces`` concatenated) at the end, then index them.
+
+        On an I/O error the file is cut back to its previous size and
+        :class:`KafkaStorageError` is raised: nothing of the append stays.
+        """
+        start = self.size
+        saved = (
+            len(self.offset_index),
+            len(self.time_index),
+            self.max_timestamp,
+            self.offset_of_max_timestamp,
+            self._bytes_since_index,
+        )
+        try:
+            written = fileio.writev_all(self.fd, pieces)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, start)
+            raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
+        index_entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        pos = start
+        for m in metas:
+            self._note_batch(
+                m.base_offset, m.max_timestamp, m.size, pos, index_entries, time_entries
+            )
+            pos += m.size
+        assert pos == start + written, "batch sizes do not add up to the bytes written"
+        try:
+            self.offset_index.append_many(index_entries)
+            self.time_index.maybe_append_many(time_entries)
+        except OSError as exc:
+            os.ftruncate(self.fd, start)
+            self.offset_index.truncate_to_length(saved[0])
+            self.time_index.truncate_to_length(saved[1])
+            self.max_timestamp, self.offset_of_max_timestamp, self._bytes_since_index = saved[2:]
+            raise KafkaStorageError(f"index write for {self.log_path} failed: {exc}") from exc
+        self.size = pos
+        self.next_offset = metas[-1].last_offset + 1
+        if self.rolling_base_ms is None:
+            self.rolling_base_ms = now_ms
+
+    def _note_batch(
+        self,
+        base_offset: int,
+        max_timestamp: int,
+        size: int,
+        pos: int,
+        index_entries: list[tuple[int, int]],
+        time_entries: list[tuple[int, int]],
+    ) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = base_offset
+        if pos > 0 and self._bytes_since_index >= self.index_interval_bytes:
+            index_entries.append((base_offset, pos))
+            time_entries.append((self.max_timestamp, self.offset_of_max_timestamp))
+            self._bytes_since_index = 0
+        self._bytes_since_index += size
+
+    def can_hold(self, offset: int, extra_bytes: int) -> bool:
+        """Whether ``offset`` and ``extra_bytes`` more still fit the u32 index fields."""
+        return offset - self.base_offset <= MAX_U32 and self.size + extra_bytes <= MAX_U32
+
+    @property
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def seal(self) -> None:
+        """The segment stops being active: record its largest timestamp in the time index."""
+        self.time_index.maybe_append_many([(self.max_timestamp, self.offset_of_max_timestamp)])
+
+    # -- loading and recovery -----------------------------------------------------------
+
+    def load(self, next_segment_base: int | None, now_ms: int) -> bool:
+        """Cheap load after a clean shutdown (or of a segment below the recovery point).
+
+        Checks both index files (sizes, monotonicity, bounds, and that the last offset-index
+        entry points at a batch with that base offset), then for the active segment
+        (``next_segment_base`` None) walks the batch headers after the last index entry to
+        find the next offset and largest timestamp. Returns False when anything is
+        inconsistent; the caller then runs :meth:`recover`.
+        """
+        try:
+            if not self.offset_index.load(self.size):
+                return False
+            last_off, last_pos = self.offset_index.last_entry()
+            reader = _HeaderReader(self.fd, self.size)
+            first = reader.header_at(0)
+            if self.size and first is None:
+                return False
+            if next_segment_base is not None:
+                if last_pos:
+                    h = reader.header_at(last_pos)
+                    if h is None or h.base_offset != last_off:
+                        return False
+                if not self.time_index.load(next_segment_base - 1):
+                    return False
+                self.next_offset = next_segment_base
+                ts, off = self.time_index.last_entry()
+                self.max_timestamp, self.offset_of_max_timestamp = ts, off
+            else:
+                if not self._scan_tail(reader, last_off, last_pos):
+                    return False
+                if not self.time_index.load(self.next_offset - 1):
+                    return False
+                ts, off = self.time_index.last_entry()
+                if ts > self.max_timestamp:
+                    self.max_timestamp, self.offset_of_max_timestamp = ts, off
+            if first is not None:
+                self.rolling_base_ms = min(now_ms, first.max_timestamp)
+            return True
+        except CorruptRecordError:
+            return False
+
+    def _scan_tail(self, reader: _HeaderReader, last_off: int, last_pos: int) -> bool:
+        pos, expected = last_pos, last_off
+        self._bytes_since_index = self.size - last_pos if last_pos else self.size
+        self.next_offset = self.base_offset
+        while pos < self.size:
+            h = reader.header_at(pos)
+            if h is None or h.base_offset < expected or pos + h.total_size > self.size:
+                return False
+            if pos == last_pos and h.base_offset != last_off:
+                return False
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.base_offset
+            expected = self.next_offset = h.next_offset
+            pos += h.total_size
+        return True
+
+    def recover(self, *, check_crc: bool = True) -> int:
+        """Scan every batch from the start, cut the file at the first bad one, rebuild indexes.
+
+        A batch is bad when its header does not parse, it extends past the end of the file,
+        its CRC does not match (``check_crc``), or its base offset is below the previous
+        batch's next offset (or the segment's base). Returns the number of bytes cut off.
+        """
+        file_size = os.fstat(self.fd).st_size
+        buf = bytearray(RECOVERY_CHUNK)
+        buf_start, buf_len = 0, 0
+        pos, expected = 0, self.base_offset
+        index_entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
+        self._bytes_since_index = 0
+        first_ts: int | None = None
+        while pos + HEADER_SIZE <= file_size:
+            if pos + HEADER_SIZE > buf_start + buf_len:
+                buf_start, buf_len = pos, fileio.pread_into(self.fd, buf, len(buf), pos)
+            try:
+                h = parse_header(buf, pos - buf_start) if buf_len else None
+            except CorruptRecordError:
+                break
+            if h is None or pos + h.total_size > file_size:
+                break
+            if h.base_offset < expected or h.last_offset - self.base_offset > MAX_U32:
+                break
+            if check_crc:
+                if pos + h.total_size > buf_start + buf_len:
+                    if h.total_size > len(buf):
+                        buf = bytearray(h.total_size)
+                    buf_start, buf_len = pos, fileio.pread_into(self.fd, buf, len(buf), pos)
+                try:
+                    verify_crc(memoryview(buf)[:buf_len], pos - buf_start, h)
+                except CorruptRecordError:
+                    break
+            if first_ts is None:
+                first_ts = h.max_timestamp
+            self._note_batch(
+                h.base_offset, h.max_timestamp, h.total_size, pos, index_entries, time_entries
+            )
+            expected = h.next_offset
+            pos += h.total_size
+        cut = file_size - pos
+        if cut:
+            try:
+                os.ftruncate(self.fd, pos)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot truncate {self.log_path}: {exc}") from exc
+        self.size = pos
+        self.next_offset = expected
+        self.offset_index.reset(index_entries)
+        self.time_index.reset(time_entries)
+        self.rolling_base_ms = first_ts
+        return cut
+
+    def truncate_to_offset(self, offset: int) -> int:
+        """Remove the batch containing ``offset`` and everything after it; new next offset.
+
+        Rescans what remains (no CRC) to rebuild the indexes and the largest timestamp.
+        """
+        found = self.find_position(offset, self.size)
+        if found is not None:
+            os.ftruncate(self.fd, found[0])
+        self.recover(check_crc=False)
+        return self.next_offset
+
+    # -- reading (any thread) -----------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``position`` (``os.pread``; short only at end of file)."""
+        return os.pread(self.fd, size, position)
+
+    def find_position(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch below ``end`` whose last offset >= ``offset``.
+
+        Index lookup, then a forward walk over batch headers (about one index interval).
+        """
+        _, pos = self.offset_index.lookup(offset)
+        reader = _HeaderReader(self.fd, end)
+        while True:
+            h = reader.header_at(pos)
+            if h is None:
+                return None
+            if h.last_offset >= offset:
+                return pos, h
+            pos += h.total_size
+
+    def find_timestamp(self, timestamp: int, min_offset: int, end: int) -> TimestampMatch | None:
+        """First record at or after ``min_offset`` with timestamp >= ``timestamp``."""
+        start = max(self.time_index.lookup_before(timestamp), min_offset)
+        found = self.find_position(start, end)
+        if found is None:
+            return None
+        pos, h = found
+        reader = _HeaderReader(self.fd, end)
+        while True:
+            if h.max_timestamp >= timestamp and h.last_offset >= min_offset:
+                batch = RecordBatch(self.read(pos, h.total_size), h, check_crc=False)
+                for off, ts in zip(
+                    batch.offsets().tolist(), batch.timestamps().tolist(), strict=True
+                ):
+                    if ts >= timestamp and off >= min_offset:
+                        return TimestampMatch(off, ts)
+            pos += h.total_size
+            nxt = reader.header_at(pos)
+            if nxt is None:
+                return None
+            h = nxt
+
+    def largest_timestamp(self) -> int:
+        """Largest record timestamp, or the file's mtime when no batch carries one."""
+        if self.max_timestamp != NO_TIMESTAMP:
+            return self.max_timestamp
+        try:
+            return int(os.fstat(self.fd).st_mtime * 1000)
+        except OSError:
+            return 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        try:
+            os.fsync(self.fd)
+            self.offset_index.flush()
+            self.time_index.flush()
+        except OSError as exc:
+            raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        self._closer()
+
+    def delete(self) -> None:
+        """Unlink all three files; the log fd stays open for readers until GC (module doc)."""
+        self.deleted = True
+        self.offset_index.delete()
+        self.time_index.delete()
+        self.log_path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
