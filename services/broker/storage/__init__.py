@@ -13,3 +13,9 @@ the ones above it in this list:
 
 The on-disk format and the behaviour are described in ``docs/storage.md``.
 """
+
+from services.broker.storage.log import AppendInfo, FetchSlice, Log
+from services.broker.storage.log_manager import LogManager
+from services.broker.storage.segment import TimestampMatch
+
+__all__ = ["AppendInfo", "FetchSlice", "Log", "LogManager", "TimestampMatch"]

@@ -492,6 +492,10 @@ class Log:
             self.config = config
             self._segments[-1].index_interval_bytes = config.index_interval_bytes
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _check_open(self) -> None:
         if self._closed:
             raise KafkaStorageError(f"log {self.dir.name} is closed")

@@ -1,0 +1,175 @@
+"""Every partition log on this broker, across one or more log directories (one per disk).
+
+Each log directory holds partition directories named ``<topic>-<partition>`` (the topic name
+may itself contain ``-``; the partition is the digits after the last one) and a ``.lock``
+file. The lock is an exclusive ``flock`` held for the manager's lifetime, so a second broker
+(or a second manager in the same process) pointed at the same directory fails at start with
+KafkaStorageError instead of corrupting the logs.
+
+At start every partition directory found is opened (and recovered: see ``log.py``). A new
+partition goes to the log directory holding the fewest partitions (ties: the first listed).
+
+Threads: the partition map is guarded by a lock, so any thread may call these methods.
+``retention_pass`` and ``flush_pass`` call mutating ``Log`` methods, which serialise with the
+partition's own writer through the log's internal lock; closed logs are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from headwater.batch.codec import now_ms
+from headwater.config import TopicConfig
+from headwater.errors import InvalidTopicError, KafkaStorageError
+from services.broker.storage.log import Clock, Log
+
+LOCK_FILE = ".lock"
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """``<topic>-<partition>``; rejects names that are not a single safe path component."""
+    if not topic or topic in (".", "..") or "/" in topic or "\0" in topic or partition < 0:
+        raise InvalidTopicError(f"cannot store partition {partition} of topic {topic!r}")
+    return f"{topic}-{partition}"
+
+
+class LogManager:
+    """Opens, creates, places and deletes partition logs (see module doc)."""
+
+    def __init__(
+        self,
+        log_dirs: Iterable[str | os.PathLike[str]],
+        *,
+        default_config: TopicConfig | None = None,
+        clock: Clock = now_ms,
+    ) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise KafkaStorageError("no log directory configured")
+        if len({d.resolve() for d in self.log_dirs}) != len(self.log_dirs):
+            raise KafkaStorageError(f"log directories listed twice: {self.log_dirs}")
+        self.default_config = default_config or TopicConfig()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._home: dict[tuple[str, int], Path] = {}
+        self._lock_fds: list[int] = []
+        try:
+            for d in self.log_dirs:
+                d.mkdir(parents=True, exist_ok=True)
+                self._lock_fds.append(_lock_dir(d))
+            self._load_all()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load_all(self) -> None:
+        for d in self.log_dirs:
+            for entry in sorted(d.iterdir()):
+                m = _PARTITION_DIR.match(entry.name)
+                if not entry.is_dir() or m is None:
+                    continue
+                tp = (m["topic"], int(m["partition"]))
+                if tp in self._logs:
+                    raise KafkaStorageError(
+                        f"partition {tp[0]}-{tp[1]} found in both {self._home[tp]} and {d}"
+                    )
+                self._logs[tp] = Log(entry, self.default_config, clock=self._clock)
+                self._home[tp] = d
+
+    # -- lookup and creation ------------------------------------------------------------
+
+    def get_or_create(self, topic: str, partition: int, config: TopicConfig) -> Log:
+        """The partition's log, created if absent (reopened if it was closed); applies
+        ``config``."""
+        name = partition_dir_name(topic, partition)
+        tp = (topic, partition)
+        with self._lock:
+            log = self._logs.get(tp)
+            if log is not None and log.closed:
+                log = Log(self._home[tp] / name, config, clock=self._clock)
+                self._logs[tp] = log
+            elif log is not None:
+                log.update_config(config)
+            else:
+                home = self._least_loaded_dir()
+                log = Log(home / name, config, clock=self._clock)
+                self._logs[tp] = log
+                self._home[tp] = home
+            return log
+
+    def _least_loaded_dir(self) -> Path:
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for home in self._home.values():
+            counts[home] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        with self._lock:
+            return self._logs.get((topic, partition))
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        with self._lock:
+            return self._home.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def partitions(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return sorted(self._logs)
+
+    def delete(self, topic: str, partition: int) -> bool:
+        """Delete the partition's directory; False when it was not here."""
+        tp = (topic, partition)
+        with self._lock:
+            log = self._logs.pop(tp, None)
+            self._home.pop(tp, None)
+        if log is None:
+            return False
+        log.delete()
+        return True
+
+    # -- periodic work ------------------------------------------------------------------
+
+    def retention_pass(self, now_ms: int) -> int:
+        """Apply retention to every open log; segments deleted."""
+        return sum(log.delete_retention(now_ms) for log in self._open_logs())
+
+    def flush_pass(self, now_ms: int) -> int:
+        """Apply the flush policy to every open log; logs whose active segment was fsynced."""
+        return sum(1 for log in self._open_logs() if log.maybe_flush(now_ms))
+
+    def _open_logs(self) -> list[Log]:
+        return [log for log in self.all_logs() if not log.closed]
+
+    def close(self) -> None:
+        """Close every log cleanly and release the directory locks."""
+        with self._lock:
+            logs = list(self._logs.values())
+        try:
+            for log in logs:
+                log.close()
+        finally:
+            for fd in self._lock_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._lock_fds = []
+
+
+def _lock_dir(d: Path) -> int:
+    fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise KafkaStorageError(f"log directory {d} is in use by another broker: {exc}") from exc
+    return fd
