@@ -56,17 +56,17 @@ class RunningServer:
     metrics_port: int
     service_names: Sequence[str]
 
-    def set_serving(self, serving: bool) -> None:
+    async def set_serving(self, serving: bool) -> None:
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         for name in ("", *self.service_names):
-            self.health.set(name, status)
+            await self.health.set(name, status)  # the aio servicer's set is a coroutine
 
     async def stop(self, grace: float = 2.0) -> None:
-        self.set_serving(False)
+        await self.set_serving(False)
         await self.server.stop(grace)
 
 
@@ -107,6 +107,6 @@ async def start_server(
     await server.start()
     mport = -1 if metrics_port is None else metrics.start_http(host, metrics_port)
     running = RunningServer(server, bound, health_servicer, mport, names)
-    running.set_serving(True)
+    await running.set_serving(True)
     log.info("%s listening on %s:%d (metrics %s)", service, host, bound, mport)
     return running
