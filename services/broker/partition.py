@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from headwater.batch import BatchHeader, now_ms
+from headwater.batch import BatchHeader
 from headwater.config import TopicConfig
 from headwater.errors import (
     NotEnoughReplicasError,
@@ -208,12 +208,7 @@ class Partition:
         async with self._append_lock:
             self.check_writable(acks_all)
             epoch = self.leader_epoch
-            append_time = (
-                now_ms() if self.config.message_timestamp_type == "LogAppendTime" else None
-            )
-            info = await asyncio.to_thread(
-                self.log.append, buf, batches, epoch, log_append_time=append_time
-            )
+            info = await asyncio.to_thread(self.log.append, buf, batches, epoch)
             self._replica_end[self.broker_id] = int(info.last_offset) + 1
             self._advance_high_watermark()
         records = sum(h.record_count for _, h in batches)
@@ -223,7 +218,7 @@ class Partition:
         result = ProduceResult(
             base_offset=int(info.first_offset),
             last_offset=int(info.last_offset),
-            log_append_time=-1 if append_time is None else int(info.log_append_time),
+            log_append_time=int(info.log_append_time),
             log_start_offset=self.log_start_offset,
             records=records,
             size=len(buf),

@@ -237,11 +237,12 @@ class ReplicaManager:
         await self._maintenance(lambda: self.log_manager.flush_pass(now_ms()))
 
     async def _maintenance(self, fn: Any) -> None:
-        async with self._control_lock:
-            await asyncio.to_thread(fn)
+        # LogManager and Log serialise these with appends internally (storage contract).
+        await asyncio.to_thread(fn)
 
     async def shutdown(self) -> None:
-        """Take every partition offline and close every log (clean-shutdown marker)."""
+        """Take every partition offline, then close every log (clean-shutdown marker) and
+        release the log directories."""
         async with self._control_lock:
             parts = list(self.partitions.values())
             self.partitions.clear()
@@ -249,11 +250,4 @@ class ReplicaManager:
                 p.go_offline()
             for p in parts:
                 await p.run_exclusive(lambda: None)  # wait for an in-flight append
-            await asyncio.to_thread(self._close_all)
-
-    def _close_all(self) -> None:
-        for lg in list(self.log_manager.all_logs()):
-            try:
-                lg.close()
-            except Exception:
-                log.exception("closing %r failed", lg)
+            await asyncio.to_thread(self.log_manager.close)
