@@ -41,7 +41,7 @@ from headwater.batch.codec import now_ms, patch_header, set_log_append_time
 from headwater.batch.layout import HEADER_SIZE, BatchHeader, parse_header
 from headwater.config import TopicConfig
 from headwater.errors import (
-    CorruptRecordError,
+    HeadwaterError,
     InvalidRequestError,
     KafkaStorageError,
     MessageTooLargeError,
@@ -541,7 +541,7 @@ def _read_batches(
     while p + HEADER_SIZE <= len(data):
         try:
             h = parse_header(data, p)
-        except CorruptRecordError:
+        except HeadwaterError:  # any header or CRC check
             break
         if p + h.total_size > len(data) or h.base_offset >= limit:
             break

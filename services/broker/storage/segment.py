@@ -28,7 +28,7 @@ from pathlib import Path
 
 from headwater.batch.codec import RecordBatch, verify_crc
 from headwater.batch.layout import HEADER_SIZE, BatchHeader, parse_header
-from headwater.errors import CorruptRecordError, KafkaStorageError
+from headwater.errors import HeadwaterError, KafkaStorageError
 from services.broker.storage import fileio
 from services.broker.storage.offset_index import MAX_U32, OffsetIndex
 from services.broker.storage.time_index import NO_TIMESTAMP, TimeIndex
@@ -101,6 +101,10 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self._closer = weakref.finalize(self, os.close, self.fd)
+        #: Both index files were on disk before this object opened (created) them.
+        self.indexes_existed = (directory / index_name).exists() and (
+            directory / time_name
+        ).exists()
         self.offset_index = OffsetIndex(directory / index_name, base_offset, max_index_bytes)
         self.time_index = TimeIndex(directory / time_name, base_offset, max_index_bytes)
         #: Bytes of valid batches (the writer's view; readers use their snapshot's end).
@@ -196,14 +200,14 @@ class LogSegment:
     def load(self, next_segment_base: int | None, now_ms: int) -> bool:
         """Cheap load after a clean shutdown (or of a segment below the recovery point).
 
-        Checks both index files (sizes, monotonicity, bounds, and that the last offset-index
-        entry points at a batch with that base offset), then for the active segment
-        (``next_segment_base`` None) walks the batch headers after the last index entry to
-        find the next offset and largest timestamp. Returns False when anything is
+        Checks both index files (present before open, sizes, monotonicity, bounds, and that
+        the last offset-index entry points at a batch with that base offset), then for the
+        active segment (``next_segment_base`` None) walks the batch headers after the last
+        index entry to find the next offset and largest timestamp. Returns False when anything is
         inconsistent; the caller then runs :meth:`recover`.
         """
         try:
-            if not self.offset_index.load(self.size):
+            if not self.indexes_existed or not self.offset_index.load(self.size):
                 return False
             last_off, last_pos = self.offset_index.last_entry()
             reader = _HeaderReader(self.fd, self.size)
@@ -231,7 +235,7 @@ class LogSegment:
             if first is not None:
                 self.rolling_base_ms = min(now_ms, first.max_timestamp)
             return True
-        except CorruptRecordError:
+        except HeadwaterError:  # any header or CRC check
             return False
 
     def _scan_tail(self, reader: _HeaderReader, last_off: int, last_pos: int) -> bool:
@@ -271,7 +275,7 @@ class LogSegment:
                 buf_start, buf_len = pos, fileio.pread_into(self.fd, buf, len(buf), pos)
             try:
                 h = parse_header(buf, pos - buf_start) if buf_len else None
-            except CorruptRecordError:
+            except HeadwaterError:  # any header or CRC check
                 break
             if h is None or pos + h.total_size > file_size:
                 break
@@ -284,7 +288,7 @@ class LogSegment:
                     buf_start, buf_len = pos, fileio.pread_into(self.fd, buf, len(buf), pos)
                 try:
                     verify_crc(memoryview(buf)[:buf_len], pos - buf_start, h)
-                except CorruptRecordError:
+                except HeadwaterError:  # any header or CRC check
                     break
             if first_ts is None:
                 first_ts = h.max_timestamp
