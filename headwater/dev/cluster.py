@@ -1,0 +1,321 @@
+"""``LocalCluster``: etcd, controllers and brokers as child processes in one data folder.
+
+Layout under ``data_dir``::
+
+    etcd/                     etcd's data
+    broker-<id>/log-<k>/      each broker's log directories
+    run/<name>.ready          ready files ({"port": P, "metrics_port": M}, written when serving)
+    logs/<name>.log           each process's output
+
+Ports are picked at run time (services bind port 0 and report the port in the ready file).
+Readiness is waited for with bounded deadlines: ready file, gRPC health SERVING, and for a
+broker, the broker listing itself in its Metadata answer (which only happens once the active
+controller has registered it and pushed UpdateMetadata). Processes are stopped by PID
+(SIGTERM, then SIGKILL after a timeout); brokers first, then controllers, then etcd.
+
+Process contracts: ``python -m services.controller --controller-id N --host H --port 0
+--etcd E --metrics-port 0 --ready-file F`` and ``python -m services.broker --broker-id N
+--host H --port 0 --data-dirs d1[,d2] --etcd E --metrics-port 0 --ready-file F [--rack R]``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from headwater.dev.etcd_server import EtcdServer
+from headwater.dev.procs import ChildProcess, python_env, wait_until
+from headwater.v1 import broker_pb2_grpc, metadata_pb2
+
+HOST = "127.0.0.1"
+
+
+@dataclass
+class ServiceProcess:
+    """A controller or broker child process and what its ready file reported."""
+
+    kind: str  # "controller" | "broker"
+    node_id: int
+    argv: list[str]
+    log_path: Path
+    ready_file: Path
+    child: ChildProcess | None = None
+    port: int = 0
+    metrics_port: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.node_id}"
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{HOST}:{self.metrics_port}/metrics"
+
+    def start(self) -> None:
+        self.ready_file.unlink(missing_ok=True)
+        self.port = self.metrics_port = 0
+        self.child = ChildProcess(self.name, self.argv, self.log_path, env=python_env())
+        self.child.start()
+
+    def alive(self) -> bool:
+        return self.child is not None and self.child.alive()
+
+    @property
+    def pid(self) -> int:
+        assert self.child is not None
+        return self.child.pid
+
+    def read_ready(self) -> bool:
+        try:
+            info = json.loads(self.ready_file.read_text())
+        except (OSError, ValueError):
+            return False
+        self.port = int(info["port"])
+        self.metrics_port = int(info.get("metrics_port") or 0)
+        return True
+
+    def serving(self) -> bool:
+        if not self.port:
+            return False
+        with grpc.insecure_channel(self.address) as ch:
+            try:
+                resp = health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(service=""), timeout=1
+                )
+            except grpc.RpcError:
+                return False
+        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.child is not None:
+            self.child.stop(timeout)
+
+    def kill9(self) -> None:
+        if self.child is not None:
+            self.child.kill9()
+
+
+def broker_registered(address: str, broker_id: int) -> bool:
+    """True when the broker at ``address`` lists ``broker_id`` in its Metadata answer."""
+    with grpc.insecure_channel(address) as ch:
+        try:
+            resp = broker_pb2_grpc.BrokerStub(ch).Metadata(
+                metadata_pb2.MetadataRequest(), timeout=2
+            )
+        except grpc.RpcError:
+            return False
+    return any(b.broker_id == broker_id for b in resp.brokers)
+
+
+def controller_process(
+    cid: int, etcd: str, run_dir: Path, logs_dir: Path, *, lease_ttl: int = 5
+) -> ServiceProcess:
+    """A (not yet started) controller process."""
+    ready = run_dir / f"controller-{cid}.ready"
+    argv = [
+        sys.executable, "-m", "services.controller",
+        "--controller-id", str(cid), "--host", HOST, "--port", "0",
+        "--etcd", etcd, "--metrics-port", "0",
+        "--ready-file", str(ready), "--lease-ttl", str(lease_ttl),
+    ]  # fmt: skip
+    return ServiceProcess("controller", cid, argv, logs_dir / f"controller-{cid}.log", ready)
+
+
+def broker_process(
+    bid: int,
+    etcd: str,
+    data_dirs: Sequence[Path],
+    run_dir: Path,
+    logs_dir: Path,
+    rack: str | None = None,
+    extra_args: Sequence[str] = (),
+) -> ServiceProcess:
+    """A (not yet started) broker process."""
+    ready = run_dir / f"broker-{bid}.ready"
+    for d in data_dirs:
+        Path(d).mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable, "-m", "services.broker",
+        "--broker-id", str(bid), "--host", HOST, "--port", "0",
+        "--data-dirs", ",".join(str(d) for d in data_dirs),
+        "--etcd", etcd, "--metrics-port", "0",
+        "--ready-file", str(ready),
+    ]  # fmt: skip
+    if rack:
+        argv += ["--rack", rack]
+    argv += list(extra_args)
+    return ServiceProcess("broker", bid, argv, logs_dir / f"broker-{bid}.log", ready)
+
+
+def wait_serving(proc: ServiceProcess, timeout: float) -> None:
+    """Wait (bounded) until ``proc`` wrote its ready file and answers health SERVING."""
+    assert proc.child is not None
+    wait_until(
+        lambda: proc.read_ready() and proc.serving(),
+        timeout=timeout,
+        what=f"{proc.name} to serve",
+        watch=[proc.child],
+    )
+
+
+class LocalCluster:
+    """A whole Headwater cluster on 127.0.0.1. Use as a context manager or start()/stop().
+
+    Controllers have ids 1..``controllers``, brokers 1..``brokers``. ``racks``: one rack name
+    per broker (optional).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        brokers: int = 1,
+        controllers: int = 1,
+        log_dirs_per_broker: int = 1,
+        racks: Sequence[str] | None = None,
+        etcd_unsafe_no_fsync: bool = False,
+        controller_lease_ttl: int = 5,
+        startup_timeout: float = 60.0,
+        broker_args: Sequence[str] = (),
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.logs_dir = self.data_dir / "logs"
+        self.run_dir = self.data_dir / "run"
+        self.startup_timeout = startup_timeout
+        self.etcd = EtcdServer(
+            self.data_dir / "etcd",
+            self.logs_dir / "etcd.log",
+            unsafe_no_fsync=etcd_unsafe_no_fsync,
+        )
+        self._n_brokers = brokers
+        self._n_controllers = controllers
+        self._log_dirs = log_dirs_per_broker
+        self._racks = list(racks) if racks else []
+        self._lease_ttl = controller_lease_ttl
+        self._broker_args = list(broker_args)
+        self.controllers: dict[int, ServiceProcess] = {}
+        self.brokers: dict[int, ServiceProcess] = {}
+
+    # ---- process construction
+
+    def _controller(self, cid: int) -> ServiceProcess:
+        return controller_process(
+            cid, self.etcd.endpoint, self.run_dir, self.logs_dir, lease_ttl=self._lease_ttl
+        )
+
+    def _broker(self, bid: int) -> ServiceProcess:
+        dirs = [self.data_dir / f"broker-{bid}" / f"log-{k}" for k in range(self._log_dirs)]
+        rack = self._racks[(bid - 1) % len(self._racks)] if self._racks else None
+        return broker_process(
+            bid, self.etcd.endpoint, dirs, self.run_dir, self.logs_dir, rack, self._broker_args
+        )
+
+    # ---- lifecycle
+
+    def start(self) -> LocalCluster:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.etcd.start(timeout=self.startup_timeout)
+            for cid in range(1, self._n_controllers + 1):
+                self.controllers[cid] = self._controller(cid)
+                self.controllers[cid].start()
+            for cid in self.controllers:
+                self.wait_controller_ready(cid)
+            for bid in range(1, self._n_brokers + 1):
+                self.brokers[bid] = self._broker(bid)
+                self.brokers[bid].start()
+            for bid in self.brokers:
+                self.wait_broker_ready(bid)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_controller_ready(self, cid: int, timeout: float | None = None) -> None:
+        wait_serving(self.controllers[cid], timeout or self.startup_timeout)
+
+    def wait_broker_ready(self, bid: int, timeout: float | None = None) -> None:
+        proc = self.brokers[bid]
+        assert proc.child is not None
+        wait_until(
+            lambda: proc.read_ready() and proc.serving() and broker_registered(proc.address, bid),
+            timeout=timeout or self.startup_timeout,
+            what=f"{proc.name} to serve and be registered by the controller",
+            watch=[proc.child],
+            interval=0.1,
+        )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every process by PID: brokers, controllers, then etcd."""
+        for proc in [*self.brokers.values(), *self.controllers.values()]:
+            proc.stop(timeout)
+        self.etcd.stop(timeout)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- addresses
+
+    @property
+    def bootstrap(self) -> str:
+        """``"127.0.0.1:PORT"`` of the first live broker."""
+        for proc in self.brokers.values():
+            if proc.alive() and proc.port:
+                return proc.address
+        raise RuntimeError("no live broker")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(p.address for p in self.brokers.values() if p.alive() and p.port)
+
+    @property
+    def controller_addresses(self) -> list[str]:
+        return [p.address for p in self.controllers.values() if p.alive() and p.port]
+
+    def metrics_urls(self) -> dict[str, str]:
+        return {
+            p.name: p.metrics_url
+            for p in [*self.controllers.values(), *self.brokers.values()]
+            if p.metrics_port > 0
+        }
+
+    # ---- faults (later issues' tests)
+
+    def kill_broker(self, bid: int) -> None:
+        """SIGKILL a broker (its registration expires with its lease)."""
+        self.brokers[bid].kill9()
+
+    def stop_broker(self, bid: int, timeout: float = 10.0) -> None:
+        self.brokers[bid].stop(timeout)
+
+    def restart_broker(self, bid: int, *, wait: bool = True) -> None:
+        proc = self.brokers[bid]
+        proc.stop()
+        proc.start()
+        if wait:
+            self.wait_broker_ready(bid)
+
+    def kill_controller(self, cid: int) -> None:
+        self.controllers[cid].kill9()
+
+    def restart_controller(self, cid: int, *, wait: bool = True) -> None:
+        proc = self.controllers[cid]
+        proc.stop()
+        proc.start()
+        if wait:
+            self.wait_controller_ready(cid)

@@ -1,0 +1,49 @@
+"""``python -m services.controller``: run one controller process.
+
+    python -m services.controller --controller-id N --host 127.0.0.1 --port 0 \
+        --etcd HOST:PORT [--metrics-port M] [--ready-file PATH] [--lease-ttl S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from services.controller.app import Settings, run
+
+
+def parse(argv: list[str] | None = None) -> Settings:
+    ap = argparse.ArgumentParser(prog="python -m services.controller", description=__doc__)
+    ap.add_argument("--controller-id", type=int, required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    ap.add_argument("--etcd", required=True, help="etcd client endpoint HOST:PORT")
+    ap.add_argument("--metrics-port", type=int, default=0, help="0 picks; -1 disables")
+    ap.add_argument("--ready-file", type=Path, default=None)
+    ap.add_argument("--lease-ttl", type=int, default=5, help="seconds (failover time)")
+    ap.add_argument("--log-level", default="INFO")
+    a = ap.parse_args(argv)
+    logging.basicConfig(
+        level=a.log_level.upper(),
+        format="%(asctime)s %(levelname)s controller-%(process)d %(name)s: %(message)s",
+    )
+    return Settings(
+        controller_id=a.controller_id,
+        host=a.host,
+        port=a.port,
+        etcd=a.etcd,
+        metrics_port=None if a.metrics_port < 0 else a.metrics_port,
+        ready_file=a.ready_file,
+        lease_ttl=a.lease_ttl,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    asyncio.run(run(parse(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

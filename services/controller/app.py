@@ -1,0 +1,126 @@
+"""The controller process: etcd connection, gRPC server, election and event loop.
+
+Long-lived tasks, all started in :func:`run` and guarded (a task that dies is logged and
+stops the process, so a supervisor restarts it rather than it lingering half-alive):
+
+* ``controller-events`` — the event loop that owns the cluster state (``events``);
+* ``controller-election`` — campaigns / watches the leader key (``election``);
+* per active term: ``broker-watch`` and one ``controller-link-<id>-<epoch>`` per broker.
+
+The server is started first with port 0 allowed, because the bound port goes into the leader
+key; the ready file (optional) receives ``{"port": P, "metrics_port": M}`` once serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from headwater import etcd as hetcd
+from headwater.rpc.server import start_server
+from services.controller import events
+from services.controller.election import Election
+from services.controller.service import ControllerService, register
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Settings:
+    controller_id: int
+    host: str
+    port: int
+    etcd: str
+    metrics_port: int | None
+    ready_file: Path | None
+    lease_ttl: int = 5
+
+
+def write_ready_file(path: Path, payload: dict[str, Any]) -> None:
+    """Atomically (write + rename) publish ``payload`` as JSON."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT), then resign and shut down."""
+    stop = stop or asyncio.Event()
+    aloop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            aloop.add_signal_handler(sig, stop.set)
+
+    etcd = await _connect_etcd(settings.etcd)
+    controller = events.ControllerLoop(
+        etcd, controller_id=settings.controller_id, host=settings.host, port=settings.port
+    )
+    election: Election | None = None  # needs the bound port; created after the server
+    servicer = ControllerService(controller, lambda: election.leader if election else None)
+    server = await start_server(
+        host=settings.host,
+        port=settings.port,
+        register=[register(servicer)],
+        service="controller",
+        metrics_port=settings.metrics_port,
+    )
+    controller.port = server.port
+    election = Election(
+        etcd,
+        controller_id=settings.controller_id,
+        host=settings.host,
+        port=server.port,
+        on_elected=lambda epoch: controller.post(events.BecameActive(epoch)),
+        on_resigned=lambda: controller.post(events.Resigned()),
+        lease_ttl=settings.lease_ttl,
+    )
+    tasks = [
+        asyncio.create_task(controller.run(), name="controller-events"),
+        asyncio.create_task(election.run(), name="controller-election"),
+    ]
+    for task in tasks:
+        task.add_done_callback(lambda t: _fatal(t, stop))
+    if settings.ready_file is not None:
+        write_ready_file(
+            settings.ready_file, {"port": server.port, "metrics_port": server.metrics_port}
+        )
+    log.info("controller %d serving on %s:%d", settings.controller_id, settings.host, server.port)
+    try:
+        await stop.wait()
+    finally:
+        log.info("controller %d stopping", settings.controller_id)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(election.resign_and_stop(), 3)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await controller.close()
+        await server.stop(grace=1.0)
+        await etcd.close()
+
+
+async def _connect_etcd(endpoint: str, timeout: float = 30.0) -> hetcd.Etcd:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            return await hetcd.Etcd.connect(endpoint)
+        except hetcd.EtcdError as exc:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+            log.warning("etcd at %s not reachable yet: %s", endpoint, exc)
+            await asyncio.sleep(0.5)
+
+
+def _fatal(task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    log.critical("task %s ended (%r); stopping the controller", task.get_name(), exc, exc_info=exc)
+    stop.set()

@@ -1,0 +1,163 @@
+"""Controller -> broker RPCs: one gRPC channel and one sender task per live broker.
+
+The event loop builds complete requests (controller epoch, the target's broker epoch) and
+hands them to :meth:`BrokerChannels.send`; it never waits for brokers. Each
+:class:`BrokerLink` owns a queue and one named sender task that delivers requests in order,
+retrying transport failures with capped exponential backoff for as long as the broker is
+alive (the link is closed when the broker's registration disappears or changes epoch).
+
+Coalescing: UpdateMetadata is a full snapshot, so a queued, not yet sent UpdateMetadata is
+replaced by a newer one. Responses carrying STALE_CONTROLLER_EPOCH (this controller was
+deposed) or STALE_BROKER_EPOCH (the broker re-registered; a new link follows) drop the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from typing import Any
+
+import grpc
+
+from headwater import errors
+from headwater.rpc.server import channel_options
+from headwater.v1 import broker_pb2, broker_pb2_grpc
+from services.controller.state import Broker
+
+log = logging.getLogger(__name__)
+
+RPC_TIMEOUT_S = 15.0
+MAX_BACKOFF_S = 2.0
+
+ControlRequest = (
+    broker_pb2.LeaderAndIsrRequest
+    | broker_pb2.UpdateMetadataRequest
+    | broker_pb2.StopReplicaRequest
+)
+
+
+class BrokerLink:
+    """The channel, queue and sender task for one broker registration (id + epoch)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._channel = grpc.aio.insecure_channel(
+            f"{broker.host}:{broker.port}", options=channel_options()
+        )
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        self._queue: collections.deque[ControlRequest] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._task = asyncio.create_task(
+            self._sender(), name=f"controller-link-{broker.broker_id}-{broker.epoch}"
+        )
+        self._task.add_done_callback(self._done)
+        #: Requests delivered (acknowledged by the broker), for tests and metrics.
+        self.delivered = 0
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sender to broker %d died", self.broker.broker_id, exc_info=task.exception())
+
+    def send(self, request: ControlRequest) -> None:
+        if isinstance(request, broker_pb2.UpdateMetadataRequest):
+            self._queue = collections.deque(
+                r for r in self._queue if not isinstance(r, broker_pb2.UpdateMetadataRequest)
+            )
+        self._queue.append(request)
+        self._wakeup.set()
+
+    def idle(self) -> bool:
+        return not self._queue
+
+    async def _sender(self) -> None:
+        while True:
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            request = self._queue[0]
+            await self._deliver(request)
+            if self._queue and self._queue[0] is request:
+                self._queue.popleft()
+
+    async def _deliver(self, request: ControlRequest) -> None:
+        backoff = 0.05
+        bid = self.broker.broker_id
+        while True:
+            try:
+                response = await self._call(request)
+            except grpc.RpcError as rpc_err:
+                exc = errors.from_rpc_error(rpc_err)
+                if isinstance(exc, errors.StaleControllerEpochError | errors.StaleBrokerEpochError):
+                    log.warning("broker %d refused %s: %s", bid, type(request).__name__, exc)
+                    return
+                if not exc.retriable and not isinstance(exc, errors.UnknownServerError):
+                    log.error("broker %d failed %s: %s", bid, type(request).__name__, exc)
+                    return
+                log.info("broker %d unreachable (%s); retry in %.2fs", bid, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            self.delivered += 1
+            code = getattr(response, "error_code", 0)
+            if code:
+                log.warning("broker %d answered %s with %s", bid, type(request).__name__, code)
+            for perr in getattr(response, "partitions", ()):
+                if perr.error_code:
+                    log.warning(
+                        "broker %d: %s-%d: %s %s",
+                        bid,
+                        perr.topic,
+                        perr.partition,
+                        perr.error_code,
+                        perr.error_message,
+                    )
+            return
+
+    async def _call(self, request: ControlRequest) -> Any:
+        if isinstance(request, broker_pb2.LeaderAndIsrRequest):
+            return await self._stub.LeaderAndIsr(request, timeout=RPC_TIMEOUT_S)
+        if isinstance(request, broker_pb2.UpdateMetadataRequest):
+            return await self._stub.UpdateMetadata(request, timeout=RPC_TIMEOUT_S)
+        return await self._stub.StopReplica(request, timeout=RPC_TIMEOUT_S)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self._channel.close()
+
+
+class BrokerChannels:
+    """Links to every live broker. Called only from the controller's event-loop task."""
+
+    def __init__(self) -> None:
+        self._links: dict[int, BrokerLink] = {}
+
+    async def sync(self, brokers: dict[int, Broker]) -> None:
+        """Open links to new registrations, close links of gone or re-registered brokers."""
+        for bid in list(self._links):
+            link = self._links[bid]
+            if brokers.get(bid) != link.broker:
+                del self._links[bid]
+                await link.close()
+        for bid, broker in brokers.items():
+            if bid not in self._links:
+                self._links[bid] = BrokerLink(broker)
+
+    def send(self, broker_id: int, request: ControlRequest) -> None:
+        link = self._links.get(broker_id)
+        if link is None:
+            log.debug("no link to broker %d; dropping %s", broker_id, type(request).__name__)
+            return
+        link.send(request)
+
+    def link(self, broker_id: int) -> BrokerLink | None:
+        return self._links.get(broker_id)
+
+    async def close(self) -> None:
+        links, self._links = list(self._links.values()), {}
+        for link in links:
+            await link.close()

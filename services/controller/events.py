@@ -1,0 +1,458 @@
+"""The controller's single event loop: the only owner of the in-memory cluster state.
+
+Everything that changes cluster metadata is an event on one ``asyncio.Queue`` consumed by one
+task (:meth:`ControllerLoop.run`), one event at a time (Kafka's controller event manager):
+
+* ``BecameActive(epoch)`` / ``Resigned`` — from the election;
+* ``BrokerPut`` / ``BrokerGone`` / ``BrokersResync`` — from the watch on
+  ``/headwater/brokers/ids/`` (a task started while active);
+* ``Command`` — an RPC handler's work (``services.controller.topics``) with a future the
+  handler awaits; while standby, commands fail with NOT_CONTROLLER;
+* ``Resync`` — reload everything from etcd and push it (after an error).
+
+Partition leadership (this issue: leader = first live replica in the ISR; the full
+replication semantics arrive with the replication issue): when a leader's broker is gone, a
+new leader is chosen from the live ISR members (or, with ``unclean.leader.election.enable``,
+any live replica); with none, leader = -1 and the ISR is kept so its last member is elected
+when it returns. A dead follower leaves the ISR. Every leader change bumps ``leader_epoch``;
+every leader or ISR change bumps ``partition_epoch``; each write is fenced (``state``).
+Brokers are told through :mod:`services.controller.broker_channels`: LeaderAndIsr for the
+changed partitions to their live replicas, and an UpdateMetadata snapshot to every broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import prometheus_client as prom
+
+from headwater import errors
+from headwater import etcd as hetcd
+from headwater.v1 import broker_pb2, metadata_pb2
+from services.controller import state as st
+from services.controller.broker_channels import BrokerChannels
+from services.controller.leadership import elect
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ACTIVE = prom.Gauge("headwater_controller_active", "1 while this controller is the active one")
+EPOCH = prom.Gauge("headwater_controller_epoch", "Controller epoch while active (0 standby)")
+LIVE_BROKERS = prom.Gauge("headwater_controller_live_brokers", "Registered brokers (active)")
+EVENTS = prom.Counter("headwater_controller_events_total", "Events processed", ["kind"])
+
+
+@dataclass(frozen=True)
+class BecameActive:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Resigned:
+    pass
+
+
+@dataclass(frozen=True)
+class BrokerPut:
+    broker: st.Broker
+
+
+@dataclass(frozen=True)
+class BrokerGone:
+    broker_id: int
+
+
+@dataclass(frozen=True)
+class BrokersResync:
+    brokers: dict[int, st.Broker]
+
+
+@dataclass(frozen=True)
+class Resync:
+    pass
+
+
+@dataclass
+class Command:
+    """Work submitted by an RPC handler: ``fn(loop)`` runs on the event-loop task."""
+
+    fn: Callable[[ControllerLoop], Awaitable[Any]]
+    future: asyncio.Future[Any]
+
+
+Event = BecameActive | Resigned | BrokerPut | BrokerGone | BrokersResync | Resync | Command
+PartitionKey = tuple[str, int]
+
+
+class ControllerLoop:
+    def __init__(self, etcd: hetcd.Etcd, *, controller_id: int, host: str, port: int) -> None:
+        self.etcd = etcd
+        self.controller_id = controller_id
+        self.host = host
+        self.port = port
+        self.channels = BrokerChannels()
+        self.state: st.ClusterState | None = None
+        self.epoch: int | None = None
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._watcher: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # ---- entry points (called on the loop by other tasks)
+
+    def post(self, event: Event) -> None:
+        self._queue.put_nowait(event)
+
+    async def submit(self, fn: Callable[[ControllerLoop], Awaitable[T]]) -> T:
+        """Run ``fn`` on the event-loop task and return its result (or raise its error)."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self.post(Command(fn, future))
+        return await future
+
+    @property
+    def active(self) -> bool:
+        return self.epoch is not None
+
+    async def run(self) -> None:
+        """Consume events forever (the one task that owns ``state``)."""
+        while True:
+            event = await self._queue.get()
+            EVENTS.labels(type(event).__name__).inc()
+            if isinstance(event, Command):
+                await self._run_command(event)
+                continue
+            try:
+                await self._handle(event)
+            except (hetcd.EtcdError, st.FencedError) as exc:
+                log.warning("%s failed (%s); resyncing shortly", type(event).__name__, exc)
+                self._schedule_resync()
+            except Exception:
+                log.exception("controller event %s failed", type(event).__name__)
+                self._schedule_resync()
+
+    async def _run_command(self, cmd: Command) -> None:
+        if cmd.future.done():  # the caller went away
+            return
+        try:
+            if not self.active:
+                raise errors.NotControllerError(
+                    f"controller {self.controller_id} is not the active controller"
+                )
+            result = await cmd.fn(self)
+        except st.FencedError as exc:
+            self._schedule_resync()
+            if not cmd.future.done():
+                cmd.future.set_exception(errors.NotControllerError(str(exc)))
+        except hetcd.EtcdError as exc:
+            if not cmd.future.done():
+                cmd.future.set_exception(errors.RequestTimedOutError(f"etcd: {exc}"))
+        except BaseException as exc:
+            if not cmd.future.done():
+                cmd.future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            if not cmd.future.done():
+                cmd.future.set_result(result)
+
+    def _schedule_resync(self) -> None:
+        if self.active and not self._stopping:
+            asyncio.get_running_loop().call_later(1.0, self.post, Resync())
+
+    async def _handle(self, event: Event) -> None:
+        if isinstance(event, BecameActive):
+            await self._become_active(event.epoch)
+        elif isinstance(event, Resigned):
+            await self._resign()
+        elif not self.active:
+            return  # broker events racing with resignation
+        elif isinstance(event, BrokerPut):
+            await self._broker_put(event.broker)
+        elif isinstance(event, BrokerGone):
+            await self._broker_gone(event.broker_id)
+        elif isinstance(event, BrokersResync | Resync):
+            await self._load_and_push(self.epoch)  # type: ignore[arg-type]
+
+    # ---- activation
+
+    async def _become_active(self, epoch: int) -> None:
+        self.epoch = epoch
+        ACTIVE.set(1)
+        EPOCH.set(epoch)
+        revision = await self._load_and_push(epoch)
+        self._watcher = asyncio.create_task(self._watch_brokers(revision), name="broker-watch")
+        self._watcher.add_done_callback(_log_task_end)
+
+    async def _load_and_push(self, epoch: int) -> int:
+        state, revision = await st.load(self.etcd)
+        if not state.cluster_id:
+            candidate = uuid.uuid4().hex
+            result = await self.etcd.txn(
+                [hetcd.cmp_absent(st.CLUSTER_ID_KEY)],
+                [hetcd.op_put(st.CLUSTER_ID_KEY, candidate)],
+                [hetcd.op_get(st.CLUSTER_ID_KEY)],
+            )
+            kvs = result.responses[0] if not result.succeeded else None
+            state.cluster_id = (
+                candidate if result.succeeded else kvs[0].value.decode()  # type: ignore[index]
+            )
+        self.state = state
+        LIVE_BROKERS.set(len(state.brokers))
+        keys = [(t, p) for t, topic in state.topics.items() for p in topic.assignment]
+        changed = await self._write(self._reconcile(keys))
+        await self.channels.sync(state.brokers)
+        for bid in state.brokers:
+            self.send_leader_and_isr(self.keys_on(bid), only=bid)
+        self.send_update_metadata()
+        log.info(
+            "active (epoch %d): %d brokers, %d topics, %d partitions (%d re-elected)",
+            epoch,
+            len(state.brokers),
+            len(state.topics),
+            len(keys),
+            len(changed),
+        )
+        return revision
+
+    async def _resign(self) -> None:
+        self.epoch = None
+        self.state = None
+        ACTIVE.set(0)
+        EPOCH.set(0)
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+        await self.channels.close()
+
+    async def _watch_brokers(self, revision: int) -> None:
+        """Feed broker registrations into the queue (runs while active)."""
+        while True:
+            try:
+                watch = await self.etcd.watch_prefix(st.BROKERS_PREFIX, start_revision=revision + 1)
+                try:
+                    async for ev in watch:
+                        revision = ev.mod_revision
+                        bid = ev.key[len(st.BROKERS_PREFIX) :]
+                        if not bid.isdigit():
+                            continue
+                        if ev.kind == "put":
+                            self.post(BrokerPut(st.Broker.decode(ev.value, ev.create_revision)))
+                        else:
+                            self.post(BrokerGone(int(bid)))
+                finally:
+                    await watch.cancel()
+            except hetcd.EtcdError as exc:
+                log.warning("broker watch ended (%s); re-reading brokers", exc)
+            await asyncio.sleep(0.5)
+            try:
+                snap = await self.etcd.get_prefix(st.BROKERS_PREFIX)
+            except hetcd.EtcdError as exc:
+                log.warning("cannot re-read brokers: %s", exc)
+                continue
+            brokers = {}
+            for kv in snap.items:
+                b = st.Broker.decode(kv.value, kv.meta.create_revision)
+                brokers[b.broker_id] = b
+            self.post(BrokersResync(brokers))
+            revision = snap.revision
+
+    # ---- broker membership
+
+    async def _broker_put(self, broker: st.Broker) -> None:
+        assert self.state is not None
+        if self.state.brokers.get(broker.broker_id) == broker:
+            return
+        log.info("broker %d registered (epoch %d)", broker.broker_id, broker.epoch)
+        self.state.brokers[broker.broker_id] = broker
+        LIVE_BROKERS.set(len(self.state.brokers))
+        await self.channels.sync(self.state.brokers)
+        mine = self.keys_on(broker.broker_id)
+        changed = await self._write(self._reconcile(mine))
+        self.send_leader_and_isr(mine, only=broker.broker_id)
+        self.send_leader_and_isr(changed, exclude=broker.broker_id)
+        self.send_update_metadata()
+
+    async def _broker_gone(self, broker_id: int) -> None:
+        assert self.state is not None
+        if self.state.brokers.pop(broker_id, None) is None:
+            return
+        log.info("broker %d gone", broker_id)
+        LIVE_BROKERS.set(len(self.state.brokers))
+        await self.channels.sync(self.state.brokers)
+        changed = await self._write(self._reconcile(self.keys_on(broker_id)))
+        self.send_leader_and_isr(changed)
+        self.send_update_metadata()
+
+    # ---- partition leadership
+
+    def keys_on(self, broker_id: int) -> list[PartitionKey]:
+        assert self.state is not None
+        return [
+            (name, p)
+            for name, topic in self.state.topics.items()
+            for p, replicas in topic.assignment.items()
+            if broker_id in replicas
+        ]
+
+    def _reconcile(self, keys: Iterable[PartitionKey]) -> dict[PartitionKey, st.PartitionState]:
+        """New states for partitions whose leadership must change given the live brokers."""
+        assert self.state is not None and self.epoch is not None
+        out: dict[PartitionKey, st.PartitionState] = {}
+        for key in keys:
+            topic = self.state.topics[key[0]]
+            new = elect(
+                topic.assignment[key[1]],
+                self.state.partitions.get(key),
+                set(self.state.brokers),
+                self.epoch,
+                unclean=topic.configs.get("unclean.leader.election.enable") == "true",
+            )
+            if new is not None:
+                out[key] = new
+        return out
+
+    async def _write(self, changes: dict[PartitionKey, st.PartitionState]) -> list[PartitionKey]:
+        """Persist changed partition states (fenced, per topic) and adopt them."""
+        assert self.state is not None and self.epoch is not None
+        by_topic: dict[str, dict[int, st.PartitionState]] = {}
+        for (t, p), s in changes.items():
+            by_topic.setdefault(t, {})[p] = s
+        for t, states in by_topic.items():
+            written = await st.write_partition_states(self.etcd, self.epoch, t, states)
+            for p, s in written.items():
+                self.state.partitions[(t, p)] = s
+        return sorted(changes)
+
+    # ---- requests to brokers
+
+    def partition_pb(self, key: PartitionKey) -> metadata_pb2.PartitionState:
+        assert self.state is not None
+        s = self.state.partitions.get(key)
+        replicas = self.state.topics[key[0]].assignment[key[1]]
+        if s is None:
+            return metadata_pb2.PartitionState(
+                partition=key[1], leader=-1, replicas=replicas, isr=[]
+            )
+        return metadata_pb2.PartitionState(
+            partition=key[1],
+            leader=s.leader,
+            leader_epoch=s.leader_epoch,
+            replicas=replicas,
+            isr=list(s.isr),
+            partition_epoch=s.partition_epoch,
+            controller_epoch=s.controller_epoch,
+        )
+
+    def send_leader_and_isr(
+        self,
+        keys: Iterable[PartitionKey],
+        *,
+        only: int | None = None,
+        exclude: int | None = None,
+    ) -> None:
+        """One batched LeaderAndIsr per live replica broker of ``keys``."""
+        assert self.state is not None and self.epoch is not None
+        per_broker: dict[int, list[broker_pb2.PartitionAssignment]] = {}
+        for key in keys:
+            topic = self.state.topics.get(key[0])
+            if topic is None or key[1] not in topic.assignment:
+                continue
+            assignment = broker_pb2.PartitionAssignment(
+                topic=key[0],
+                topic_id=topic.topic_id,
+                state=self.partition_pb(key),
+                configs=topic.configs,
+            )
+            for bid in topic.assignment[key[1]]:
+                if bid in self.state.brokers and bid != exclude and only in (None, bid):
+                    per_broker.setdefault(bid, []).append(assignment)
+        for bid, items in per_broker.items():
+            self.channels.send(
+                bid,
+                broker_pb2.LeaderAndIsrRequest(
+                    controller_id=self.controller_id,
+                    controller_epoch=self.epoch,
+                    broker_epoch=self.state.brokers[bid].epoch,
+                    partitions=items,
+                ),
+            )
+
+    def send_update_metadata(self) -> None:
+        """The full metadata snapshot to every live broker."""
+        assert self.state is not None and self.epoch is not None
+        brokers = [broker_info(b) for _, b in sorted(self.state.brokers.items())]
+        topics = [
+            metadata_pb2.TopicMetadata(
+                name=name,
+                topic_id=topic.topic_id,
+                partitions=[self.partition_pb((name, p)) for p in sorted(topic.assignment)],
+                configs=topic.configs,
+            )
+            for name, topic in sorted(self.state.topics.items())
+        ]
+        me = metadata_pb2.BrokerInfo(broker_id=self.controller_id, host=self.host, port=self.port)
+        for bid, b in self.state.brokers.items():
+            self.channels.send(
+                bid,
+                broker_pb2.UpdateMetadataRequest(
+                    controller_id=self.controller_id,
+                    controller_epoch=self.epoch,
+                    broker_epoch=b.epoch,
+                    cluster_id=self.state.cluster_id,
+                    brokers=brokers,
+                    topics=topics,
+                    controller=me,
+                ),
+            )
+
+    def send_stop_replica(
+        self, keys: Iterable[tuple[PartitionKey, list[int]]], delete: bool
+    ) -> None:
+        """StopReplica to each live broker holding one of ``keys`` (key, replicas)."""
+        assert self.state is not None and self.epoch is not None
+        per_broker: dict[int, list[broker_pb2.StopReplicaPartition]] = {}
+        for (topic, p), replicas in keys:
+            for bid in replicas:
+                if bid in self.state.brokers:
+                    per_broker.setdefault(bid, []).append(
+                        broker_pb2.StopReplicaPartition(topic=topic, partition=p, delete=delete)
+                    )
+        for bid, items in per_broker.items():
+            self.channels.send(
+                bid,
+                broker_pb2.StopReplicaRequest(
+                    controller_id=self.controller_id,
+                    controller_epoch=self.epoch,
+                    broker_epoch=self.state.brokers[bid].epoch,
+                    partitions=items,
+                ),
+            )
+
+    async def close(self) -> None:
+        self._stopping = True
+        await self._resign()
+
+
+def broker_info(b: st.Broker) -> metadata_pb2.BrokerInfo:
+    return metadata_pb2.BrokerInfo(
+        broker_id=b.broker_id,
+        host=b.host,
+        port=b.port,
+        rack=b.rack,
+        broker_epoch=b.epoch,
+        metrics_url=b.metrics_url,
+    )
+
+
+def _log_task_end(task: asyncio.Task[Any]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("task %s failed", task.get_name(), exc_info=exc)
+    else:
+        log.error("task %s exited unexpectedly", task.get_name())

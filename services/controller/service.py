@@ -1,0 +1,95 @@
+"""The ``headwater.v1.Controller`` gRPC servicer.
+
+Mutations (CreateTopics, DeleteTopics, CreatePartitions, AlterTopicConfigs) run as commands on
+the controller's event loop (:mod:`services.controller.topics`); a standby answers them with
+NOT_CONTROLLER naming the active controller when known. DescribeCluster reads etcd directly,
+so any controller (active or standby) answers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+
+from headwater import errors
+from headwater import etcd as hetcd
+from headwater.v1 import controller_pb2, controller_pb2_grpc
+from services.controller import state as st
+from services.controller import topics
+from services.controller.election import LeaderInfo
+from services.controller.events import ControllerLoop, broker_info
+
+
+class ControllerService(controller_pb2_grpc.ControllerServicer):
+    def __init__(self, loop: ControllerLoop, leader: Callable[[], LeaderInfo | None]) -> None:
+        self._loop = loop
+        self._leader = leader  # the active controller as last seen by the election
+
+    def _require_active(self) -> None:
+        if self._loop.active:
+            return
+        leader = self._leader()
+        where = (
+            f"; the active controller is {leader.controller_id} at {leader.host}:{leader.port}"
+            if leader is not None and leader.controller_id != self._loop.controller_id
+            else "; no controller is active yet"
+        )
+        raise errors.NotControllerError(
+            f"controller {self._loop.controller_id} is not the active controller{where}"
+        )
+
+    async def CreateTopics(
+        self, request: controller_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.CreateTopicsResponse:
+        self._require_active()
+        return await self._loop.submit(lambda loop: topics.create_topics(loop, request))
+
+    async def DeleteTopics(
+        self, request: controller_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.DeleteTopicsResponse:
+        self._require_active()
+        return await self._loop.submit(lambda loop: topics.delete_topics(loop, request))
+
+    async def CreatePartitions(
+        self, request: controller_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.CreatePartitionsResponse:
+        self._require_active()
+        return await self._loop.submit(lambda loop: topics.create_partitions(loop, request))
+
+    async def AlterTopicConfigs(
+        self, request: controller_pb2.AlterTopicConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.AlterTopicConfigsResponse:
+        self._require_active()
+        return await self._loop.submit(lambda loop: topics.alter_topic_configs(loop, request))
+
+    async def DescribeCluster(
+        self, request: controller_pb2.DescribeClusterRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.DescribeClusterResponse:
+        etcd = self._loop.etcd
+        try:
+            cid = await etcd.get(st.CLUSTER_ID_KEY)
+            leader = await etcd.get(st.LEADER_KEY)
+            snap = await etcd.get_prefix(st.BROKERS_PREFIX)
+        except hetcd.EtcdError as exc:
+            raise errors.RequestTimedOutError(f"etcd: {exc}") from exc
+        info = LeaderInfo.decode(leader[0]) if leader else None
+        brokers = []
+        for kv in snap.items:
+            brokers.append(broker_info(st.Broker.decode(kv.value, kv.meta.create_revision)))
+        return controller_pb2.DescribeClusterResponse(
+            cluster_id=cid[0].decode() if cid else "",
+            controller_id=info.controller_id if info else -1,
+            controller_epoch=info.epoch if info else -1,
+            brokers=brokers,
+        )
+
+
+def register(servicer: ControllerService) -> Callable[[grpc.aio.Server], str]:
+    """A ``start_server`` register callable for this servicer."""
+
+    def add(server: grpc.aio.Server) -> str:
+        controller_pb2_grpc.add_ControllerServicer_to_server(servicer, server)
+        return str(controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name)
+
+    return add

@@ -1,0 +1,242 @@
+"""The controller's view of etcd: key layout, JSON codecs, loading, and fenced writes.
+
+Layout (docs/architecture.md; values JSON unless noted)::
+
+    /headwater/cluster_id               uuid hex (plain string), create-if-absent
+    /headwater/controller/leader        {"controller_id", "epoch", "host", "port"} (lease)
+    /headwater/controller/epoch         integer (plain string)
+    /headwater/brokers/ids/<id>         {"broker_id", "host", "port", "rack", "metrics_url"}
+                                        (broker's lease; create revision = broker epoch)
+    /headwater/topics/<name>            {"topic_id", "partitions": {"0": [ids]}, "configs"}
+    /headwater/partitions/<topic>/<p>   {"leader", "leader_epoch", "isr", "partition_epoch",
+                                         "controller_epoch"}
+
+A topic exists once its topic key exists (the commit point of CreateTopics); partition state
+keys are written after it, and a controller loading state initialises any that are missing.
+
+Every write by the controller is fenced: the transaction compares the epoch key's value with
+the writer's epoch (a deposed controller's writes fail), and updates of an existing key also
+compare its mod revision with the one the writer read (:func:`fenced_write`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from headwater import etcd as hetcd
+
+ROOT = "/headwater/"
+CLUSTER_ID_KEY = "/headwater/cluster_id"
+LEADER_KEY = "/headwater/controller/leader"
+EPOCH_KEY = "/headwater/controller/epoch"
+BROKERS_PREFIX = "/headwater/brokers/ids/"
+TOPICS_PREFIX = "/headwater/topics/"
+PARTITIONS_PREFIX = "/headwater/partitions/"
+
+#: Operations per etcd transaction (etcd's default --max-txn-ops is 128; one slot is the
+#: epoch comparison's companion ops).
+TXN_CHUNK = 100
+
+
+class FencedError(Exception):
+    """A fenced write failed its comparison: this controller is deposed or read stale state."""
+
+
+def topic_key(name: str) -> str:
+    return f"{TOPICS_PREFIX}{name}"
+
+
+def partitions_prefix(topic: str) -> str:
+    return f"{PARTITIONS_PREFIX}{topic}/"
+
+
+def partition_key(topic: str, partition: int) -> str:
+    return f"{PARTITIONS_PREFIX}{topic}/{partition}"
+
+
+def broker_key(broker_id: int) -> str:
+    return f"{BROKERS_PREFIX}{broker_id}"
+
+
+@dataclass(frozen=True)
+class Broker:
+    """A live broker as registered in etcd. ``epoch`` is the key's create revision."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str
+    metrics_url: str
+    epoch: int
+
+    @staticmethod
+    def decode(raw: bytes, epoch: int) -> Broker:
+        d = json.loads(raw)
+        return Broker(
+            broker_id=int(d["broker_id"]),
+            host=str(d["host"]),
+            port=int(d["port"]),
+            rack=str(d.get("rack") or ""),
+            metrics_url=str(d.get("metrics_url") or ""),
+            epoch=epoch,
+        )
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "broker_id": self.broker_id,
+                "host": self.host,
+                "port": self.port,
+                "rack": self.rack,
+                "metrics_url": self.metrics_url,
+            }
+        ).encode()
+
+
+@dataclass
+class Topic:
+    """A topic's assignment and config overrides; ``mod_revision`` of its etcd key."""
+
+    name: str
+    topic_id: str
+    assignment: dict[int, list[int]]
+    configs: dict[str, str]
+    mod_revision: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "topic_id": self.topic_id,
+                "partitions": {str(p): r for p, r in sorted(self.assignment.items())},
+                "configs": self.configs,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @staticmethod
+    def decode(name: str, raw: bytes, mod_revision: int) -> Topic:
+        d = json.loads(raw)
+        return Topic(
+            name=name,
+            topic_id=str(d["topic_id"]),
+            assignment={int(p): [int(b) for b in r] for p, r in d["partitions"].items()},
+            configs={str(k): str(v) for k, v in (d.get("configs") or {}).items()},
+            mod_revision=mod_revision,
+        )
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """Leadership of one partition; ``mod_revision`` of its etcd key (0: not written yet)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int
+    controller_epoch: int
+    mod_revision: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "leader": self.leader,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+                "partition_epoch": self.partition_epoch,
+                "controller_epoch": self.controller_epoch,
+            }
+        ).encode()
+
+    @staticmethod
+    def decode(raw: bytes, mod_revision: int) -> PartitionState:
+        d = json.loads(raw)
+        return PartitionState(
+            leader=int(d["leader"]),
+            leader_epoch=int(d["leader_epoch"]),
+            isr=tuple(int(b) for b in d["isr"]),
+            partition_epoch=int(d["partition_epoch"]),
+            controller_epoch=int(d["controller_epoch"]),
+            mod_revision=mod_revision,
+        )
+
+
+@dataclass
+class ClusterState:
+    """What the active controller knows. Owned by the controller's event-loop task only."""
+
+    cluster_id: str = ""
+    brokers: dict[int, Broker] = field(default_factory=dict)
+    topics: dict[str, Topic] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+
+    def partitions_of(self, topic: str) -> list[int]:
+        return sorted(self.topics[topic].assignment) if topic in self.topics else []
+
+
+async def load(etcd: hetcd.Etcd) -> tuple[ClusterState, int]:
+    """Brokers, topics and partition states from etcd; also the revision of the broker
+    snapshot (watch brokers from ``revision + 1``)."""
+    state = ClusterState()
+    got = await etcd.get(CLUSTER_ID_KEY)
+    state.cluster_id = got[0].decode() if got else ""
+    brokers = await etcd.get_prefix(BROKERS_PREFIX)
+    for kv in brokers.items:
+        b = Broker.decode(kv.value, kv.meta.create_revision)
+        state.brokers[b.broker_id] = b
+    for kv in (await etcd.get_prefix(TOPICS_PREFIX)).items:
+        name = kv.key[len(TOPICS_PREFIX) :]
+        state.topics[name] = Topic.decode(name, kv.value, kv.meta.mod_revision)
+    for kv in (await etcd.get_prefix(PARTITIONS_PREFIX)).items:
+        topic, _, p = kv.key[len(PARTITIONS_PREFIX) :].rpartition("/")
+        if topic in state.topics and p.isdigit():
+            state.partitions[(topic, int(p))] = PartitionState.decode(
+                kv.value, kv.meta.mod_revision
+            )
+    return state, brokers.revision
+
+
+async def fenced_write(
+    etcd: hetcd.Etcd,
+    epoch: int,
+    compare: Sequence[hetcd.Compare],
+    ops: Sequence[hetcd.Op],
+) -> int:
+    """One transaction of ``ops`` under ``compare`` plus the controller-epoch fence.
+
+    Returns the revision written; raises FencedError when a comparison fails (nothing is
+    written) and EtcdError when etcd fails.
+    """
+    result = await etcd.txn([hetcd.cmp_value(EPOCH_KEY, "==", str(epoch)), *compare], ops)
+    if not result.succeeded:
+        raise FencedError(f"fenced write failed (controller epoch {epoch}, {len(ops)} ops)")
+    return result.revision
+
+
+async def write_partition_states(
+    etcd: hetcd.Etcd,
+    epoch: int,
+    topic: str,
+    states: dict[int, PartitionState],
+) -> dict[int, PartitionState]:
+    """Write many partition states in chunks of :data:`TXN_CHUNK`, each chunk fenced by the
+    epoch and, per key, by its mod revision (``mod_revision == 0``: the key must be absent).
+    Returns the states with their new mod revisions."""
+    out: dict[int, PartitionState] = {}
+    items = sorted(states.items())
+    for i in range(0, len(items), TXN_CHUNK):
+        chunk = items[i : i + TXN_CHUNK]
+        compare = [
+            hetcd.cmp_mod(partition_key(topic, p), "==", s.mod_revision)
+            if s.mod_revision
+            else hetcd.cmp_absent(partition_key(topic, p))
+            for p, s in chunk
+        ]
+        ops = [hetcd.op_put(partition_key(topic, p), s.encode()) for p, s in chunk]
+        rev = await fenced_write(etcd, epoch, compare, ops)
+        for p, s in chunk:
+            out[p] = PartitionState(
+                s.leader, s.leader_epoch, s.isr, s.partition_epoch, s.controller_epoch, rev
+            )
+    return out

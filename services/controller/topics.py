@@ -1,0 +1,283 @@
+"""Topic commands, run on the controller's event-loop task (``ControllerLoop.submit``).
+
+Each command validates everything before writing anything: a topic that fails validation
+gets its error code and message in its result and changes nothing in etcd. Valid topics of
+the same request are still applied (Kafka's per-topic semantics). ``validate_only`` runs the
+validation and writes nothing.
+
+Rules (Kafka's): names of 1..249 characters from ``[a-zA-Z0-9._-]``, not ``.`` or ``..``, and
+not colliding with an existing topic when ``.`` and ``_`` are considered equal;
+1 <= partitions <= :data:`MAX_PARTITIONS`; 1 <= replication factor <= live brokers; configs
+checked by :func:`headwater.config.validate_topic_configs`; a name given twice in one request
+is INVALID_REQUEST for both.
+
+Writes: the topic key first (the commit point), fenced by the controller epoch and by the key's
+absence (create) or mod revision (update); then the partition states (``state``). Brokers are
+told afterwards through the loop's batched LeaderAndIsr / UpdateMetadata / StopReplica.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from collections import Counter
+from typing import Any, cast
+
+from headwater import errors
+from headwater import etcd as hetcd
+from headwater.config import TOPIC_KEYS, validate_topic_configs
+from headwater.v1 import controller_pb2
+from headwater.v1.errors_pb2 import ErrorCode
+from services.controller import placement
+from services.controller import state as st
+from services.controller.events import ControllerLoop
+from services.controller.leadership import elect
+
+MAX_NAME_LENGTH = 249
+MAX_PARTITIONS = 10_000
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise InvalidTopicError unless ``name`` is a legal topic name."""
+    if not name:
+        raise errors.InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise errors.InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise errors.InvalidTopicError(
+            f"topic name is {len(name)} characters long; at most {MAX_NAME_LENGTH} allowed"
+        )
+    if not _LEGAL.match(name):
+        raise errors.InvalidTopicError(
+            f"topic name {name!r} is illegal: only ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+def _result(
+    name: str, topic_id: str = "", exc: errors.HeadwaterError | None = None
+) -> controller_pb2.TopicResult:
+    if exc is None:
+        return controller_pb2.TopicResult(name=name, topic_id=topic_id, error_code=ErrorCode.NONE)
+    return controller_pb2.TopicResult(
+        name=name, topic_id=topic_id, error_code=cast(Any, exc.code), error_message=exc.message
+    )
+
+
+def _racks(loop: ControllerLoop) -> dict[int, str | None]:
+    assert loop.state is not None
+    return {b.broker_id: b.rack or None for b in loop.state.brokers.values()}
+
+
+def _check_partitions(count: int) -> None:
+    if count < 1:
+        raise errors.InvalidPartitionsError(f"number of partitions must be >= 1, got {count}")
+    if count > MAX_PARTITIONS:
+        raise errors.InvalidPartitionsError(
+            f"number of partitions must be <= {MAX_PARTITIONS}, got {count}"
+        )
+
+
+def _check_rf(rf: int, live: int) -> None:
+    if rf < 1:
+        raise errors.InvalidReplicationFactorError(f"replication factor must be >= 1, got {rf}")
+    if rf > live:
+        raise errors.InvalidReplicationFactorError(
+            f"replication factor {rf} is larger than the number of live brokers ({live})"
+        )
+
+
+def _collision(name: str, existing: dict[str, st.Topic]) -> str | None:
+    norm = name.replace(".", "_")
+    for other in existing:
+        if other != name and other.replace(".", "_") == norm:
+            return other
+    return None
+
+
+async def create_topics(
+    loop: ControllerLoop, request: controller_pb2.CreateTopicsRequest
+) -> controller_pb2.CreateTopicsResponse:
+    assert loop.state is not None and loop.epoch is not None
+    state = loop.state
+    counts = Counter(t.name for t in request.topics)
+    results: list[controller_pb2.TopicResult] = []
+    created: list[tuple[str, int]] = []
+    for new in request.topics:
+        try:
+            if counts[new.name] > 1:
+                raise errors.InvalidRequestError(f"topic {new.name!r} is given more than once")
+            validate_topic_name(new.name)
+            if new.name in state.topics:
+                raise errors.TopicAlreadyExistsError(f"topic {new.name!r} already exists")
+            other = _collision(new.name, state.topics)
+            if other is not None:
+                raise errors.InvalidTopicError(
+                    f"topic {new.name!r} collides with existing topic {other!r}"
+                    " ('.' and '_' are equivalent in metric names)"
+                )
+            _check_partitions(new.partitions)
+            _check_rf(new.replication_factor, len(state.brokers))
+            configs = validate_topic_configs(dict(new.configs))
+            assignment = placement.assign_replicas(
+                _racks(loop),
+                new.partitions,
+                new.replication_factor,
+                start_index=random.randrange(len(state.brokers)),
+            )
+        except errors.HeadwaterError as exc:
+            results.append(_result(new.name, exc=exc))
+            continue
+        if request.validate_only:
+            results.append(_result(new.name))
+            continue
+        topic = st.Topic(new.name, uuid.uuid4().hex, assignment, configs)
+        topic.mod_revision = await st.fenced_write(
+            loop.etcd,
+            loop.epoch,
+            [hetcd.cmp_absent(st.topic_key(new.name))],
+            [
+                hetcd.op_put(st.topic_key(new.name), topic.encode()),
+                hetcd.op_delete_prefix(st.partitions_prefix(new.name)),
+            ],
+        )
+        state.topics[new.name] = topic
+        await _init_partitions(loop, topic, sorted(assignment))
+        created += [(new.name, p) for p in sorted(assignment)]
+        results.append(_result(new.name, topic.topic_id))
+    if created:
+        loop.send_leader_and_isr(created)
+        loop.send_update_metadata()
+    return controller_pb2.CreateTopicsResponse(topics=results)
+
+
+async def _init_partitions(loop: ControllerLoop, topic: st.Topic, parts: list[int]) -> None:
+    assert loop.state is not None and loop.epoch is not None
+    live = set(loop.state.brokers)
+    states = {p: elect(topic.assignment[p], None, live, loop.epoch) for p in parts}
+    written = await st.write_partition_states(
+        loop.etcd,
+        loop.epoch,
+        topic.name,
+        {p: s for p, s in states.items() if s is not None},
+    )
+    for p, s in written.items():
+        loop.state.partitions[(topic.name, p)] = s
+
+
+async def delete_topics(
+    loop: ControllerLoop, request: controller_pb2.DeleteTopicsRequest
+) -> controller_pb2.DeleteTopicsResponse:
+    assert loop.state is not None and loop.epoch is not None
+    state = loop.state
+    counts = Counter(request.names)
+    results: list[controller_pb2.TopicResult] = []
+    stopped: list[tuple[tuple[str, int], list[int]]] = []
+    for name in request.names:
+        topic = state.topics.get(name)
+        try:
+            if counts[name] > 1:
+                raise errors.InvalidRequestError(f"topic {name!r} is given more than once")
+            if topic is None:
+                raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        except errors.HeadwaterError as exc:
+            results.append(_result(name, exc=exc))
+            continue
+        await st.fenced_write(
+            loop.etcd,
+            loop.epoch,
+            [hetcd.cmp_mod(st.topic_key(name), "==", topic.mod_revision)],
+            [
+                hetcd.op_delete(st.topic_key(name)),
+                hetcd.op_delete_prefix(st.partitions_prefix(name)),
+            ],
+        )
+        del state.topics[name]
+        for p, replicas in topic.assignment.items():
+            state.partitions.pop((name, p), None)
+            stopped.append(((name, p), replicas))
+        results.append(_result(name, topic.topic_id))
+    if stopped:
+        loop.send_update_metadata()
+        loop.send_stop_replica(stopped, delete=True)
+    return controller_pb2.DeleteTopicsResponse(topics=results)
+
+
+async def create_partitions(
+    loop: ControllerLoop, request: controller_pb2.CreatePartitionsRequest
+) -> controller_pb2.CreatePartitionsResponse:
+    assert loop.state is not None and loop.epoch is not None
+    state = loop.state
+    topic = state.topics.get(request.topic)
+    try:
+        if topic is None:
+            raise errors.UnknownTopicOrPartitionError(f"topic {request.topic!r} does not exist")
+        current = len(topic.assignment)
+        if request.total_count <= current:
+            raise errors.InvalidPartitionsError(
+                f"topic {request.topic!r} has {current} partitions; the new total"
+                f" ({request.total_count}) must be larger (partitions can only be added)"
+            )
+        _check_partitions(request.total_count)
+        rf = len(topic.assignment[0])
+        _check_rf(rf, len(state.brokers))
+        added = placement.assign_replicas(
+            _racks(loop),
+            request.total_count - current,
+            rf,
+            start_index=placement.start_index_for(list(state.brokers), topic.assignment[0][0]),
+            start_partition=current,
+        )
+    except errors.HeadwaterError as exc:
+        tid = topic.topic_id if topic is not None else ""
+        return controller_pb2.CreatePartitionsResponse(result=_result(request.topic, tid, exc))
+    if not request.validate_only:
+        updated = st.Topic(
+            topic.name, topic.topic_id, {**topic.assignment, **added}, dict(topic.configs)
+        )
+        updated.mod_revision = await st.fenced_write(
+            loop.etcd,
+            loop.epoch,
+            [hetcd.cmp_mod(st.topic_key(topic.name), "==", topic.mod_revision)],
+            [hetcd.op_put(st.topic_key(topic.name), updated.encode())],
+        )
+        state.topics[topic.name] = updated
+        await _init_partitions(loop, updated, sorted(added))
+        loop.send_leader_and_isr([(topic.name, p) for p in sorted(added)])
+        loop.send_update_metadata()
+    return controller_pb2.CreatePartitionsResponse(result=_result(topic.name, topic.topic_id))
+
+
+async def alter_topic_configs(
+    loop: ControllerLoop, request: controller_pb2.AlterTopicConfigsRequest
+) -> controller_pb2.AlterTopicConfigsResponse:
+    assert loop.state is not None and loop.epoch is not None
+    state = loop.state
+    topic = state.topics.get(request.topic)
+    try:
+        if topic is None:
+            raise errors.UnknownTopicOrPartitionError(f"topic {request.topic!r} does not exist")
+        to_set = validate_topic_configs(dict(request.set))
+        for key in request.delete:
+            if key not in TOPIC_KEYS:
+                raise errors.InvalidConfigError(f"unknown topic config {key!r}")
+        both = sorted(set(to_set) & set(request.delete))
+        if both:
+            raise errors.InvalidRequestError(f"configs both set and deleted: {', '.join(both)}")
+        configs = {k: v for k, v in topic.configs.items() if k not in set(request.delete)}
+        configs.update(to_set)
+    except errors.HeadwaterError as exc:
+        tid = topic.topic_id if topic is not None else ""
+        return controller_pb2.AlterTopicConfigsResponse(result=_result(request.topic, tid, exc))
+    if not request.validate_only and configs != topic.configs:
+        updated = st.Topic(topic.name, topic.topic_id, dict(topic.assignment), configs)
+        updated.mod_revision = await st.fenced_write(
+            loop.etcd,
+            loop.epoch,
+            [hetcd.cmp_mod(st.topic_key(topic.name), "==", topic.mod_revision)],
+            [hetcd.op_put(st.topic_key(topic.name), updated.encode())],
+        )
+        state.topics[topic.name] = updated
+        loop.send_update_metadata()
+    return controller_pb2.AlterTopicConfigsResponse(result=_result(topic.name, topic.topic_id))
