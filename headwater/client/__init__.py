@@ -1,0 +1,75 @@
+"""The Headwater Python client: producer, consumer (no groups yet) and admin client.
+
+asyncio API: :class:`AsyncProducer`, :class:`AsyncConsumer`, :class:`AsyncAdminClient`.
+Blocking API (a private loop in a thread): :class:`Producer`, :class:`Consumer`,
+:class:`AdminClient`. Errors are the typed exceptions of :mod:`headwater.errors` plus the
+client-side ones in :mod:`headwater.client.errors`.
+"""
+
+from headwater.client.admin import (
+    AsyncAdminClient,
+    BrokerDescription,
+    ClusterDescription,
+    NewTopic,
+    PartitionDescription,
+    TopicDescription,
+)
+from headwater.client.consumer import AsyncConsumer
+from headwater.client.errors import (
+    BufferExhaustedError,
+    ConsumerClosedError,
+    DeliveryTimeoutError,
+    IllegalStateError,
+    NoOffsetForPartitionError,
+    ProducerClosedError,
+)
+from headwater.client.fetched import FetchedBatch
+from headwater.client.partitioner import (
+    DefaultPartitioner,
+    Murmur2Partitioner,
+    crc32c_partition,
+    murmur2,
+    murmur2_partition,
+)
+from headwater.client.producer import AsyncProducer
+from headwater.client.sync import AdminClient, Consumer, Producer
+from headwater.client.types import (
+    ConsumerRecord,
+    GroupMetadata,
+    OffsetAndTimestamp,
+    PartitionRange,
+    RecordMetadata,
+    TopicPartition,
+)
+
+__all__ = [
+    "AdminClient",
+    "AsyncAdminClient",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "BrokerDescription",
+    "BufferExhaustedError",
+    "ClusterDescription",
+    "Consumer",
+    "ConsumerClosedError",
+    "ConsumerRecord",
+    "DefaultPartitioner",
+    "DeliveryTimeoutError",
+    "FetchedBatch",
+    "GroupMetadata",
+    "IllegalStateError",
+    "Murmur2Partitioner",
+    "NewTopic",
+    "NoOffsetForPartitionError",
+    "OffsetAndTimestamp",
+    "PartitionDescription",
+    "PartitionRange",
+    "Producer",
+    "ProducerClosedError",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+    "crc32c_partition",
+    "murmur2",
+    "murmur2_partition",
+]

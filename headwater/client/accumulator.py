@@ -1,0 +1,502 @@
+"""The producer's record accumulator: per-partition column lists, sealed into batches.
+
+Ownership: one :class:`Accumulator` belongs to one producer and is touched only from that
+producer's event loop (no locks). ``send``/``send_many`` append; the sender drains, then
+reports each batch's fate with :meth:`Accumulator.complete` or :meth:`Accumulator.fail`.
+
+Per partition there is a FIFO deque of :class:`ProducerBatch`; only the last one may be open
+(accepting records). A batch keeps *columns* — ``values``, ``keys`` (created lazily, None while
+every key is null), ``headers`` (lazily), timestamps (a single int while all are equal) — and is
+encoded with exactly one :func:`headwater.batch.encode_batch` call when it is drained.
+
+A batch is *ready* to send when it is sealed (full: its estimated size reached
+``batch_size``), when it is older than ``linger_ms``, when a ``flush`` is in progress, or when
+senders are blocked waiting for buffer memory. Buffer memory is the sum of the estimated sizes
+of the records not yet completed; :meth:`reserve` blocks (FIFO) while it would exceed
+``buffer_memory`` and raises :class:`BufferExhaustedError` after ``max_block_ms``.
+
+Waiters: each batch holds ``(start, count, target)`` triples — ``target`` is an
+``asyncio.Future`` for one record (``send``) or a :class:`Group` (a ``send_many`` call that
+may span several batches and partitions). Record ``i`` of a batch acknowledged at base offset
+``B`` has offset ``B + i``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from headwater.batch import Compression, encode_batch
+from headwater.client.errors import BufferExhaustedError, DeliveryTimeoutError
+from headwater.client.types import GroupMetadata, PartitionRange, RecordMetadata, TopicPartition
+from headwater.errors import MessageTooLargeError
+
+#: Estimated per-record bytes besides key and value (timestamp delta + two offsets).
+RECORD_OVERHEAD = 12
+#: Estimated batch bytes besides records (the 64-byte header plus padding).
+BATCH_OVERHEAD = 128
+
+Header = tuple[str, bytes | None]
+
+
+class Group:
+    """The future of one ``send_many`` call: resolved when every piece is acknowledged."""
+
+    __slots__ = ("_closed", "future", "pending", "ranges", "topic")
+
+    def __init__(self, topic: str, future: asyncio.Future[GroupMetadata]) -> None:
+        self.topic = topic
+        self.future = future
+        self.pending = 0
+        self.ranges: list[PartitionRange] = []
+        self._closed = False
+
+    def add_piece(self) -> None:
+        self.pending += 1
+
+    def close_adding(self) -> None:
+        """No more pieces will be added; resolve now if all are already done."""
+        self._closed = True
+        self._maybe_done()
+
+    def piece_done(self, rng: PartitionRange) -> None:
+        self.pending -= 1
+        self.ranges.append(rng)
+        self._maybe_done()
+
+    def fail(self, exc: BaseException) -> None:
+        self.pending -= 1
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+    def _maybe_done(self) -> None:
+        if self._closed and self.pending == 0 and not self.future.done():
+            self.future.set_result(GroupMetadata(self.topic, tuple(self.ranges)))
+
+
+class ProducerBatch:
+    """Records of one partition sent together (mutable until drained; owned by the loop)."""
+
+    __slots__ = (
+        "attempts",
+        "count",
+        "created",
+        "done",
+        "encoded",
+        "headers",
+        "keys",
+        "nbytes",
+        "retry_at",
+        "sealed",
+        "timestamps",
+        "tp",
+        "ts_uniform",
+        "values",
+        "waiters",
+    )
+
+    def __init__(self, tp: TopicPartition, created: float, done: asyncio.Future[None]) -> None:
+        self.tp = tp
+        self.created = created
+        self.values: list[Any] = []
+        self.keys: list[bytes | None] | None = None
+        self.headers: list[Sequence[Header]] | None = None
+        self.ts_uniform: int | None = None
+        self.timestamps: list[int] | None = None
+        self.count = 0
+        self.nbytes = BATCH_OVERHEAD
+        self.waiters: list[tuple[int, int, Any]] = []
+        self.sealed = False
+        self.encoded: bytes | None = None
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.done = done
+
+    def _add_timestamps(self, ts: int, n: int) -> None:
+        if self.timestamps is None:
+            if self.count == 0:
+                self.ts_uniform = ts
+                return
+            if ts == self.ts_uniform:
+                return
+            self.timestamps = [self.ts_uniform or 0] * self.count
+        self.timestamps.extend([ts] * n if n != 1 else (ts,))
+
+    def timestamp_at(self, index: int) -> int:
+        if self.timestamps is not None:
+            return self.timestamps[index]
+        return self.ts_uniform if self.ts_uniform is not None else -1
+
+    def append(
+        self,
+        value: Any,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        ts: int,
+        nbytes: int,
+        target: Any,
+    ) -> None:
+        i = self.count
+        self._add_timestamps(ts, 1)
+        self.values.append(value)
+        if key is not None:
+            if self.keys is None:
+                self.keys = [None] * i
+            self.keys.append(key)
+        elif self.keys is not None:
+            self.keys.append(None)
+        if headers:
+            if self.headers is None:
+                self.headers = [()] * i
+            self.headers.append(headers)
+        elif self.headers is not None:
+            self.headers.append(())
+        self.count = i + 1
+        self.nbytes += nbytes
+        self.waiters.append((i, 1, target))
+
+    def append_many(
+        self,
+        values: Sequence[Any],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[Header]] | None,
+        ts: int,
+        nbytes: int,
+        target: Any,
+    ) -> None:
+        i, n = self.count, len(values)
+        self._add_timestamps(ts, n)
+        self.values.extend(values)
+        if keys is not None:
+            if self.keys is None:
+                self.keys = [None] * i
+            self.keys.extend(keys)
+        elif self.keys is not None:
+            self.keys.extend([None] * n)
+        if headers is not None:
+            if self.headers is None:
+                self.headers = [()] * i
+            self.headers.extend(headers)
+        elif self.headers is not None:
+            self.headers.extend([()] * n)
+        self.count = i + n
+        self.nbytes += nbytes
+        self.waiters.append((i, n, target))
+
+    def encode(self, compression: Compression) -> bytes:
+        """The batch's bytes (encoded once; retries resend the same bytes)."""
+        if self.encoded is None:
+            ts: Any = self.timestamps if self.timestamps is not None else self.ts_uniform
+            self.encoded = encode_batch(
+                self.values,
+                self.keys,
+                headers=self.headers,
+                timestamps=ts,
+                compression_type=compression,
+            )
+            # the columns are no longer needed; keep what resolving futures reads
+            self.values = []
+            self.keys = None
+            self.headers = None
+        return self.encoded
+
+
+class Accumulator:
+    """Per-partition batches, buffer memory and readiness (see module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: float,
+        buffer_memory: int,
+        max_block_ms: float,
+        delivery_timeout_ms: float,
+        compression: Compression,
+        on_batch_sealed: Callable[[str, int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.batch_size = batch_size
+        self.linger = linger_ms / 1000
+        self.buffer_memory = buffer_memory
+        self.max_block = max_block_ms / 1000
+        self.delivery_timeout = delivery_timeout_ms / 1000
+        self.compression = compression
+        self._on_sealed = on_batch_sealed
+        self.clock = clock
+        self.used = 0
+        self.flushing = 0
+        self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.incomplete: set[ProducerBatch] = set()
+        self._mem_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        #: called whenever something may have become ready (set by the sender)
+        self.wakeup: Callable[[], None] = lambda: None
+        self._wake_pending = False
+
+    # ------------------------------------------------------------ memory
+
+    def try_reserve(self, nbytes: int) -> bool:
+        if not self._mem_waiters and self.used + nbytes <= self.buffer_memory:
+            self.used += nbytes
+            return True
+        return False
+
+    async def reserve(self, nbytes: int) -> None:
+        """Take ``nbytes`` of buffer memory, waiting (FIFO) up to ``max_block_ms``."""
+        if nbytes > self.buffer_memory:
+            raise MessageTooLargeError(
+                f"{nbytes} bytes of records exceed buffer_memory={self.buffer_memory}"
+            )
+        if self.try_reserve(nbytes):
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._mem_waiters.append((nbytes, fut))
+        self.wakeup()  # blocked writers make every batch ready
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self.max_block)
+        except TimeoutError:
+            if fut.done() and not fut.cancelled():
+                return  # granted at the same moment the wait timed out
+            fut.cancel()
+            self._grant()
+            raise BufferExhaustedError(
+                f"waited {self.max_block * 1000:.0f} ms for {nbytes} bytes of buffer memory "
+                f"({self.used}/{self.buffer_memory} in use)"
+            ) from None
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.used -= nbytes
+            fut.cancel()
+            self._grant()
+            raise
+
+    def release(self, nbytes: int) -> None:
+        self.used -= nbytes
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._mem_waiters:
+            need, fut = self._mem_waiters[0]
+            if fut.done():
+                self._mem_waiters.popleft()
+                continue
+            if self.used + need > self.buffer_memory and self.used > 0:
+                return
+            self._mem_waiters.popleft()
+            self.used += need
+            fut.set_result(None)
+
+    @property
+    def memory_blocked(self) -> bool:
+        return bool(self._mem_waiters)
+
+    # ------------------------------------------------------------ appending
+
+    def open_batch(self, tp: TopicPartition) -> ProducerBatch:
+        """The batch accepting records for ``tp`` (created if needed)."""
+        dq = self.queues.get(tp)
+        if dq is None:
+            dq = self.queues[tp] = deque()
+        if dq and not dq[-1].sealed:
+            return dq[-1]
+        loop = asyncio.get_running_loop()
+        batch = ProducerBatch(tp, self.clock(), loop.create_future())
+        dq.append(batch)
+        self.incomplete.add(batch)
+        if not self._wake_pending:
+            # a new batch has a linger deadline the sender must learn about
+            self._wake_pending = True
+            loop.call_soon(self._deferred_wake)
+        return batch
+
+    def _deferred_wake(self) -> None:
+        self._wake_pending = False
+        self.wakeup()
+
+    def room(self, tp: TopicPartition) -> int:
+        """Bytes the open batch of ``tp`` can still take (``batch_size`` if none is open)."""
+        dq = self.queues.get(tp)
+        if dq and not dq[-1].sealed:
+            return self.batch_size - dq[-1].nbytes
+        return self.batch_size - BATCH_OVERHEAD
+
+    def has_open_records(self, tp: TopicPartition) -> bool:
+        dq = self.queues.get(tp)
+        return bool(dq) and not dq[-1].sealed and dq[-1].count > 0  # type: ignore[index]
+
+    def seal(self, batch: ProducerBatch) -> None:
+        if batch.sealed:
+            return
+        batch.sealed = True
+        if self._on_sealed is not None:
+            self._on_sealed(batch.tp.topic, batch.tp.partition)
+        self.wakeup()
+
+    def seal_open(self, tp: TopicPartition) -> None:
+        dq = self.queues.get(tp)
+        if dq and not dq[-1].sealed and dq[-1].count:
+            self.seal(dq[-1])
+
+    def append(
+        self,
+        tp: TopicPartition,
+        value: Any,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        ts: int,
+        nbytes: int,
+        target: Any,
+    ) -> None:
+        """Add one record (its ``nbytes`` already reserved)."""
+        batch = self.open_batch(tp)
+        if batch.count and batch.nbytes + nbytes > self.batch_size:
+            self.seal(batch)
+            batch = self.open_batch(tp)
+        batch.append(value, key, headers, ts, nbytes, target)
+        if batch.nbytes + nbytes > self.batch_size:
+            self.seal(batch)  # the next record of this size would not fit
+
+    def append_many(
+        self,
+        tp: TopicPartition,
+        values: Sequence[Any],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[Header]] | None,
+        ts: int,
+        nbytes: int,
+        group: Group,
+    ) -> None:
+        """Add a run of records that the caller sized to fit :meth:`room` (already reserved)."""
+        batch = self.open_batch(tp)
+        group.add_piece()
+        batch.append_many(values, keys, headers, ts, nbytes, group)
+        if batch.nbytes >= self.batch_size - RECORD_OVERHEAD:
+            self.seal(batch)
+
+    # ------------------------------------------------------------ draining
+
+    def drain(
+        self,
+        leader_of: Callable[[TopicPartition], int],
+        can_send: Callable[[int], bool],
+        muted: set[TopicPartition],
+        max_request_size: int,
+    ) -> tuple[dict[int, list[ProducerBatch]], float | None, bool]:
+        """Take ready batches grouped by leader.
+
+        Returns (batches by leader id, the clock time of the next linger/backoff deadline or
+        None, whether some partition with data has no known leader). Expired batches
+        (``delivery_timeout_ms``) are failed here. Batches are encoded on the way out.
+        """
+        now = self.clock()
+        force = self.flushing > 0 or bool(self._mem_waiters)
+        out: dict[int, list[ProducerBatch]] = {}
+        sizes: dict[int, int] = {}
+        next_at: float | None = None
+        unknown = False
+        empty: list[TopicPartition] = []
+        for tp, dq in self.queues.items():
+            while dq and now - dq[0].created >= self.delivery_timeout:
+                b = dq.popleft()
+                self.fail(
+                    b,
+                    DeliveryTimeoutError(
+                        f"batch for {tp.topic}[{tp.partition}] not acknowledged within "
+                        f"{self.delivery_timeout * 1000:.0f} ms ({b.attempts} attempts)"
+                    ),
+                )
+            if not dq:
+                empty.append(tp)
+                continue
+            head = dq[0]
+            deadline = head.created + self.delivery_timeout
+            next_at = deadline if next_at is None else min(next_at, deadline)
+            if tp in muted:
+                continue
+            leader = leader_of(tp)
+            if leader < 0:
+                unknown = True
+                continue
+            if head.retry_at > now:
+                next_at = min(next_at, head.retry_at)
+                continue
+            if not (head.sealed or force or now - head.created >= self.linger or len(dq) > 1):
+                next_at = min(next_at, head.created + self.linger)
+                continue
+            if not can_send(leader):
+                continue
+            taken = out.setdefault(leader, [])
+            size = sizes.get(leader, 0)
+            while dq and (not taken or size + dq[0].nbytes <= max_request_size):
+                b = dq[0]
+                if b.retry_at > now:
+                    break
+                if not b.sealed:
+                    self.seal(b)
+                b.encode(self.compression)
+                dq.popleft()
+                taken.append(b)
+                size += len(b.encoded or b"")
+            sizes[leader] = size
+        for tp in empty:
+            if not self.queues[tp]:
+                del self.queues[tp]
+        return {k: v for k, v in out.items() if v}, next_at, unknown
+
+    def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
+        """Put a failed batch back at the head of its partition, to retry after ``retry_at``."""
+        batch.attempts += 1
+        batch.retry_at = retry_at
+        dq = self.queues.get(batch.tp)
+        if dq is None:
+            dq = self.queues[batch.tp] = deque()
+        dq.appendleft(batch)
+        self.wakeup()
+
+    def expired(self, batch: ProducerBatch) -> bool:
+        return self.clock() - batch.created >= self.delivery_timeout
+
+    # ------------------------------------------------------------ completion
+
+    def complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int = -1) -> None:
+        """Resolve every waiter of ``batch`` (``base_offset`` -1 for acks=0)."""
+        topic, partition = batch.tp
+        for start, count, target in batch.waiters:
+            off = base_offset + start if base_offset >= 0 else -1
+            if isinstance(target, Group):
+                target.piece_done(PartitionRange(partition, off, count))
+            elif not target.done():
+                ts = log_append_time if log_append_time >= 0 else batch.timestamp_at(start)
+                target.set_result(RecordMetadata(topic, partition, off, ts))
+        self._finish(batch)
+
+    def fail(self, batch: ProducerBatch, exc: BaseException) -> None:
+        for _start, _count, target in batch.waiters:
+            if isinstance(target, Group):
+                target.fail(exc)
+            elif not target.done():
+                target.set_exception(exc)
+        self._finish(batch)
+
+    def _finish(self, batch: ProducerBatch) -> None:
+        if batch in self.incomplete:
+            self.incomplete.discard(batch)
+            batch.waiters = []
+            self.release(batch.nbytes)
+            if not batch.done.done():
+                batch.done.set_result(None)
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Fail every batch not yet completed (queued or in flight)."""
+        for dq in self.queues.values():
+            dq.clear()
+        self.queues.clear()
+        for batch in list(self.incomplete):
+            self.fail(batch, exc)
+        for _need, fut in self._mem_waiters:
+            if not fut.done():
+                fut.set_exception(exc)
+        self._mem_waiters.clear()

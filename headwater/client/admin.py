@@ -1,0 +1,279 @@
+"""AsyncAdminClient: topic management (Controller service) and cluster/topic description
+(Broker.Metadata, ListOffsets).
+
+Finding the controller, in order:
+
+1. the ``controller=`` argument, else the ``HEADWATER_CONTROLLER`` environment variable;
+2. the ``controller`` endpoint in a broker's Metadata response (any broker knows it);
+3. the bootstrap addresses themselves (a deployment may serve Controller there too).
+
+A NOT_CONTROLLER answer (a standby controller) triggers one rediscovery through step 2.
+Per-topic failures come back as typed exceptions from :mod:`headwater.errors`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from headwater import errors
+from headwater.client.connection import ConnectionPool, parse_bootstrap
+from headwater.client.metadata import ClusterView, Metadata
+from headwater.client.offsets import EARLIEST, LATEST, list_offsets
+from headwater.client.types import OffsetAndTimestamp, TopicPartition
+from headwater.v1 import controller_pb2
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    partitions: int = 1
+    replication_factor: int = 1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionDescription, ...]
+    configs: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "topic_id": self.topic_id,
+            "partitions": [
+                {
+                    "partition": p.partition,
+                    "leader": p.leader,
+                    "leader_epoch": p.leader_epoch,
+                    "replicas": list(p.replicas),
+                    "isr": list(p.isr),
+                }
+                for p in self.partitions
+            ],
+            "configs": self.configs,
+        }
+
+
+@dataclass(frozen=True)
+class BrokerDescription:
+    broker_id: int
+    host: str
+    port: int
+    rack: str
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    cluster_id: str
+    controller_id: int
+    controller_epoch: int
+    brokers: tuple[BrokerDescription, ...]
+
+
+def _raise_result(result: controller_pb2.TopicResult) -> None:
+    errors.raise_for_code(result.error_code, result.error_message or result.name)
+
+
+class AsyncAdminClient:
+    """See the module docstring. Lives on one event loop."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        controller: str | None = None,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        self._bootstrap = parse_bootstrap(
+            bootstrap if isinstance(bootstrap, str) else list(bootstrap)
+        )
+        self._explicit = controller or os.environ.get("HEADWATER_CONTROLLER") or None
+        if self._explicit:
+            parse_bootstrap(self._explicit)
+        self.timeout_s = request_timeout_ms / 1000
+        self._pool = ConnectionPool()
+        self._metadata = Metadata(
+            self._pool, self._bootstrap, request_timeout_ms=request_timeout_ms
+        )
+        self._controller: str | None = self._explicit
+
+    async def __aenter__(self) -> AsyncAdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._metadata.close()
+        await self._pool.close()
+
+    # ------------------------------------------------------------ controller calls
+
+    async def _controller_address(self, rediscover: bool = False) -> list[str]:
+        if self._controller and not rediscover:
+            return [self._controller]
+        try:
+            view = await self._metadata.refresh()
+        except errors.HeadwaterError:
+            view = ClusterView()
+        if view.controller_address:
+            self._controller = view.controller_address
+            return [view.controller_address]
+        return [self._explicit] if self._explicit else list(self._bootstrap)
+
+    async def _call(self, method: str, request: Any) -> Any:
+        last: errors.HeadwaterError | None = None
+        for attempt in range(2):
+            for address in await self._controller_address(rediscover=attempt > 0):
+                stub = self._pool.controller(address)
+                try:
+                    resp = await getattr(stub, method)(request, timeout=self.timeout_s)
+                except grpc.RpcError as exc:
+                    last = errors.from_rpc_error(exc)
+                    if isinstance(last, errors.UnsupportedVersionError | errors.NetworkError):
+                        continue  # not a controller endpoint / not reachable: try the next
+                    if isinstance(last, errors.NotControllerError):
+                        break
+                    raise last from None
+                self._controller = address
+                return resp
+        raise last or errors.NetworkError("no controller reachable")
+
+    async def create_topics(
+        self, topics: Iterable[NewTopic], *, validate_only: bool = False
+    ) -> dict[str, str]:
+        """Create topics; returns name -> topic id. Raises the first topic's error."""
+        req = controller_pb2.CreateTopicsRequest(
+            topics=[
+                controller_pb2.NewTopic(
+                    name=t.name,
+                    partitions=t.partitions,
+                    replication_factor=t.replication_factor,
+                    configs=dict(t.configs),
+                )
+                for t in topics
+            ],
+            validate_only=validate_only,
+        )
+        resp = await self._call("CreateTopics", req)
+        for r in resp.topics:
+            _raise_result(r)
+        self._metadata.request_update()
+        return {r.name: r.topic_id for r in resp.topics}
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        configs: Mapping[str, str] | None = None,
+    ) -> str:
+        ids = await self.create_topics(
+            [NewTopic(name, partitions, replication_factor, dict(configs or {}))]
+        )
+        return ids[name]
+
+    async def delete_topics(self, names: Iterable[str]) -> None:
+        resp = await self._call("DeleteTopics", controller_pb2.DeleteTopicsRequest(names=names))
+        for r in resp.topics:
+            _raise_result(r)
+
+    async def create_partitions(
+        self, topic: str, total_count: int, *, validate_only: bool = False
+    ) -> None:
+        resp = await self._call(
+            "CreatePartitions",
+            controller_pb2.CreatePartitionsRequest(
+                topic=topic, total_count=total_count, validate_only=validate_only
+            ),
+        )
+        _raise_result(resp.result)
+
+    async def alter_topic_configs(
+        self,
+        topic: str,
+        set_configs: Mapping[str, str] | None = None,
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        resp = await self._call(
+            "AlterTopicConfigs",
+            controller_pb2.AlterTopicConfigsRequest(
+                topic=topic,
+                set=dict(set_configs or {}),
+                delete=list(delete),
+                validate_only=validate_only,
+            ),
+        )
+        _raise_result(resp.result)
+
+    async def describe_cluster(self) -> ClusterDescription:
+        resp = await self._call("DescribeCluster", controller_pb2.DescribeClusterRequest())
+        errors.raise_for_code(resp.error_code, "DescribeCluster")
+        return ClusterDescription(
+            resp.cluster_id,
+            resp.controller_id,
+            resp.controller_epoch,
+            tuple(BrokerDescription(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers),
+        )
+
+    # ------------------------------------------------------------ broker-side reads
+
+    async def metadata(self) -> ClusterView:
+        return await self._metadata.refresh()
+
+    async def list_topics(self) -> list[str]:
+        return sorted((await self._metadata.refresh()).topics)
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Descriptions (from broker metadata); unknown names raise UnknownTopicOrPartition."""
+        view = await self._metadata.refresh()
+        wanted = sorted(view.topics) if names is None else list(names)
+        out = []
+        for name in wanted:
+            info = view.topics.get(name)
+            if info is None:
+                raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            parts = tuple(
+                PartitionDescription(
+                    p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr)
+                )
+                for _, p in sorted(info.partitions.items())
+            )
+            out.append(TopicDescription(name, info.topic_id, parts, dict(info.configs)))
+        return out
+
+    async def list_offsets(
+        self, wanted: Mapping[TopicPartition, int | str]
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """tp -> "earliest" | "latest" | timestamp ms; returns offsets (-1: none qualifies)."""
+        specs: dict[TopicPartition, int] = {}
+        for tp, spec in wanted.items():
+            if spec == "earliest":
+                specs[TopicPartition(*tp)] = EARLIEST
+            elif spec == "latest":
+                specs[TopicPartition(*tp)] = LATEST
+            elif isinstance(spec, int) and spec >= 0:
+                specs[TopicPartition(*tp)] = spec
+            else:
+                raise errors.InvalidRequestError(
+                    f"offset spec must be earliest, latest or a timestamp >= 0, not {spec!r}"
+                )
+        return await list_offsets(self._pool, self._metadata, specs, timeout_s=self.timeout_s)

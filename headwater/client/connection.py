@@ -1,0 +1,72 @@
+"""One gRPC channel per broker address, shared by everything a client does.
+
+A :class:`ConnectionPool` belongs to one client object and one event loop; channels are
+created lazily on first use (``grpc.aio`` channels connect in the background) with the
+options of :func:`headwater.rpc.server.channel_options` (64 MiB messages, keepalive).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from headwater.errors import InvalidConfigError
+from headwater.rpc.server import channel_options
+from headwater.v1 import broker_pb2_grpc, controller_pb2_grpc
+
+
+def parse_bootstrap(bootstrap: str | list[str] | tuple[str, ...]) -> list[str]:
+    """``"h1:p1,h2:p2"`` (or a list) -> ``["h1:p1", "h2:p2"]``; raises InvalidConfigError."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out: list[str] = []
+    for raw in items:
+        addr = raw.strip()
+        if not addr:
+            continue
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfigError(f"bad address {addr!r}: expected HOST:PORT")
+        out.append(addr)
+    if not out:
+        raise InvalidConfigError("no bootstrap address given (HOST:PORT[,HOST:PORT...])")
+    return out
+
+
+class ConnectionPool:
+    """Channels and stubs by address. Owned by one event loop; ``close`` ends them all."""
+
+    def __init__(self, max_message_bytes: int | None = None) -> None:
+        self._options = (
+            channel_options() if max_message_bytes is None else channel_options(max_message_bytes)
+        )
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
+        self._controllers: dict[str, controller_pb2_grpc.ControllerStub] = {}
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = grpc.aio.insecure_channel(address, options=self._options)
+            self._channels[address] = ch
+        return ch
+
+    def broker(self, address: str) -> broker_pb2_grpc.BrokerStub:
+        stub = self._brokers.get(address)
+        if stub is None:
+            stub = broker_pb2_grpc.BrokerStub(self.channel(address))
+            self._brokers[address] = stub
+        return stub
+
+    def controller(self, address: str) -> controller_pb2_grpc.ControllerStub:
+        stub = self._controllers.get(address)
+        if stub is None:
+            stub = controller_pb2_grpc.ControllerStub(self.channel(address))
+            self._controllers[address] = stub
+        return stub
+
+    async def close(self) -> None:
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._brokers.clear()
+        self._controllers.clear()
+        for ch in channels:
+            await ch.close()

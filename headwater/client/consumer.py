@@ -1,0 +1,472 @@
+"""AsyncConsumer: manual assignment, positions, one Fetch stream per partition.
+
+Usage::
+
+    c = AsyncConsumer("127.0.0.1:9092", auto_offset_reset="earliest")
+    c.assign([TopicPartition("events", 0)])
+    for fb in await c.poll_batches(timeout_ms=500):   # fast path: whole decoded batches
+        fb.values()                                     # or fb.to_arrow()
+    records = await c.poll(timeout_ms=500, max_records=500)   # ConsumerRecord objects
+    await c.close()
+
+The position of a partition is one integer: the offset of the next record ``poll`` hands out.
+It starts unknown and is resolved with ``auto_offset_reset`` (earliest | latest | none ->
+:class:`NoOffsetForPartitionError`), or set with ``seek``/``seek_to_beginning``/
+``seek_to_end``/a timestamp via ``offsets_for_times``.
+
+Fetching: one task per assigned partition holds one ``Broker.Fetch`` server stream at a time,
+starting at the position, and appends each response's raw batches to the partition's buffer
+(tagged with the partition's *epoch*, bumped by every seek so stale data is dropped). The
+buffer is bounded: when it holds ``max_buffer_bytes`` the task stops reading the stream and
+gRPC flow control holds the broker back. The task restarts the stream after retriable errors
+(metadata refresh, new leader) and applies ``auto_offset_reset`` on OFFSET_OUT_OF_RANGE.
+Non-retriable errors are raised by the next ``poll``. Decoding (CRC check, decompression)
+happens in ``poll`` on whole batches.
+
+Ownership: everything runs on one event loop; the fetch task of a partition is the only
+writer of its ``pending`` list, ``poll`` the only reader; positions are changed only by
+``poll`` and the seek methods (callers on the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+
+import grpc
+
+from headwater import errors
+from headwater.batch import RecordBatch, decode_batches
+from headwater.client.connection import ConnectionPool, parse_bootstrap
+from headwater.client.errors import (
+    ConsumerClosedError,
+    IllegalStateError,
+    NoOffsetForPartitionError,
+)
+from headwater.client.fetched import FetchedBatch, first_index_at, offset_at
+from headwater.client.metadata import Metadata
+from headwater.client.offsets import EARLIEST, LATEST, list_offsets
+from headwater.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from headwater.v1 import broker_pb2
+
+log = logging.getLogger(__name__)
+
+
+class _Partition:
+    """Fetch state of one assigned partition (see module docstring for ownership)."""
+
+    __slots__ = (
+        "buffered",
+        "epoch",
+        "error",
+        "high_watermark",
+        "pending",
+        "position",
+        "ready",
+        "space",
+        "task",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.position: int | None = None
+        self.epoch = 0
+        self.task: asyncio.Task[None] | None = None
+        self.pending: deque[tuple[int, bytes]] = deque()  # (epoch, raw batches)
+        self.ready: deque[RecordBatch] = deque()  # decoded, at or past position
+        self.buffered = 0
+        self.space = asyncio.Event()
+        self.space.set()
+        self.error: errors.HeadwaterError | None = None
+        self.high_watermark = -1
+
+    def reset_buffers(self) -> None:
+        self.epoch += 1
+        self.pending.clear()
+        self.ready.clear()
+        self.buffered = 0
+        self.space.set()
+        self.error = None
+
+    def consumed(self, nbytes: int, limit: int) -> None:
+        self.buffered -= nbytes
+        if self.buffered < limit:
+            self.space.set()
+
+
+class AsyncConsumer:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        auto_offset_reset: str = "latest",
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        max_partition_fetch_bytes: int = 1024 * 1024,
+        max_buffer_bytes: int = 8 * 1024 * 1024,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        check_crcs: bool = True,
+        client_id: str = "headwater-python",
+        metadata_max_age_ms: int = 300_000,
+    ) -> None:
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise errors.InvalidConfigError(
+                f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
+            )
+        if max_partition_fetch_bytes <= 0 or max_buffer_bytes <= 0 or fetch_max_wait_ms < 0:
+            raise errors.InvalidConfigError("fetch sizes must be > 0 and fetch_max_wait_ms >= 0")
+        self._bootstrap = parse_bootstrap(
+            bootstrap if isinstance(bootstrap, str) else list(bootstrap)
+        )
+        self.auto_offset_reset = auto_offset_reset
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.max_buffer_bytes = max_buffer_bytes
+        self.timeout_s = request_timeout_ms / 1000
+        self.backoff_s = retry_backoff_ms / 1000
+        self.check_crcs = check_crcs
+        self.client_id = client_id
+        self._metadata_max_age_ms = metadata_max_age_ms
+        self._pool: ConnectionPool | None = None
+        self._metadata: Metadata | None = None
+        self._parts: dict[TopicPartition, _Partition] = {}
+        self._wake: asyncio.Event | None = None
+        self._closed = False
+        self._rr = 0
+
+    # ------------------------------------------------------------ plumbing
+
+    def _ensure_started(self) -> tuple[ConnectionPool, Metadata]:
+        if self._closed:
+            raise ConsumerClosedError("consumer is closed")
+        if self._pool is None or self._metadata is None:
+            self._pool = ConnectionPool()
+            self._metadata = Metadata(
+                self._pool,
+                self._bootstrap,
+                max_age_ms=self._metadata_max_age_ms,
+                request_timeout_ms=int(self.timeout_s * 1000),
+                retry_backoff_ms=int(self.backoff_s * 1000),
+            )
+            self._wake = asyncio.Event()
+        return self._pool, self._metadata
+
+    def _part(self, tp: TopicPartition) -> _Partition:
+        st = self._parts.get(tp)
+        if st is None:
+            raise IllegalStateError(f"{tp.topic}[{tp.partition}] is not assigned")
+        return st
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------ assignment and positions
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replace the assignment; kept partitions keep their position and buffers."""
+        self._ensure_started()
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        if len(set(wanted)) != len(wanted):
+            raise IllegalStateError("duplicate partitions in assignment")
+        for tp in list(self._parts):
+            if tp not in wanted:
+                self._stop(self._parts.pop(tp))
+        for tp in wanted:
+            if tp not in self._parts:
+                self._parts[tp] = _Partition(tp)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._parts)
+
+    def _stop(self, st: _Partition) -> None:
+        st.reset_buffers()
+        if st.task is not None:
+            st.task.cancel()
+            st.task = None
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """The next poll returns records of ``tp`` from ``offset``."""
+        if offset < 0:
+            raise errors.OffsetOutOfRangeError(f"cannot seek to negative offset {offset}")
+        st = self._part(TopicPartition(*tp))
+        self._stop(st)
+        st.position = offset
+
+    async def _seek_to(self, spec: int, tps: Sequence[TopicPartition]) -> None:
+        pool, md = self._ensure_started()
+        targets = [TopicPartition(*tp) for tp in tps] or list(self._parts)
+        for tp in targets:
+            self._part(tp)
+        found = await list_offsets(pool, md, dict.fromkeys(targets, spec), timeout_s=self.timeout_s)
+        for tp in targets:
+            self.seek(tp, found[tp].offset)
+
+    async def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        """Seek the given (default: all assigned) partitions to their log start offset."""
+        await self._seek_to(EARLIEST, tps)
+
+    async def seek_to_end(self, *tps: TopicPartition) -> None:
+        """Seek the given (default: all assigned) partitions to their end (high watermark)."""
+        await self._seek_to(LATEST, tps)
+
+    async def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """First offset with timestamp >= the given ms per partition (None if none)."""
+        pool, md = self._ensure_started()
+        for ts in timestamps.values():
+            if ts < 0:
+                raise errors.InvalidTimestampError(f"timestamp must be >= 0, got {ts}")
+        found = await list_offsets(pool, md, dict(timestamps), timeout_s=self.timeout_s)
+        return {tp: (None if o.offset < 0 else o) for tp, o in found.items()}
+
+    async def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        pool, md = self._ensure_started()
+        found = await list_offsets(pool, md, dict.fromkeys(tps, EARLIEST), timeout_s=self.timeout_s)
+        return {tp: o.offset for tp, o in found.items()}
+
+    async def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        pool, md = self._ensure_started()
+        found = await list_offsets(pool, md, dict.fromkeys(tps, LATEST), timeout_s=self.timeout_s)
+        return {tp: o.offset for tp, o in found.items()}
+
+    async def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record ``poll`` returns for ``tp`` (resolved if unknown)."""
+        st = self._part(TopicPartition(*tp))
+        if st.position is None:
+            await self._resolve_positions([st])
+        assert st.position is not None
+        return st.position
+
+    def highwater(self, tp: TopicPartition) -> int:
+        """The last high watermark seen for ``tp`` (-1 before the first fetch response)."""
+        return self._part(TopicPartition(*tp)).high_watermark
+
+    async def _resolve_positions(self, parts: list[_Partition]) -> None:
+        if not parts:
+            return
+        if self.auto_offset_reset == "none":
+            st = parts[0]
+            raise NoOffsetForPartitionError(
+                f"no position for {st.tp.topic}[{st.tp.partition}] and auto_offset_reset=none"
+            )
+        spec = EARLIEST if self.auto_offset_reset == "earliest" else LATEST
+        pool, md = self._ensure_started()
+        found = await list_offsets(
+            pool, md, {st.tp: spec for st in parts}, timeout_s=self.timeout_s
+        )
+        for st in parts:
+            if st.position is None:
+                st.position = found[st.tp].offset
+
+    # ------------------------------------------------------------ fetching
+
+    def _ensure_fetching(self) -> None:
+        loop = asyncio.get_running_loop()
+        for st in self._parts.values():
+            if st.task is None and st.position is not None and st.error is None:
+                st.task = loop.create_task(
+                    self._fetch_loop(st, st.epoch, st.position),
+                    name=f"fetch-{st.tp.topic}-{st.tp.partition}",
+                )
+                st.task.add_done_callback(self._fetch_done(st))
+
+    def _fetch_done(self, st: _Partition) -> Callable[[asyncio.Task[None]], None]:
+        def done(task: asyncio.Task[None]) -> None:
+            if st.task is task:
+                st.task = None
+            if not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                log.error("fetch task for %s died", st.tp, exc_info=exc)
+                st.error = errors.UnknownServerError(f"fetch task died: {exc!r}")
+            if self._wake is not None:
+                self._wake.set()
+
+        return done
+
+    async def _fetch_loop(self, st: _Partition, epoch: int, offset: int) -> None:
+        """Hold a Fetch stream for ``st`` from ``offset``; the partition's only writer."""
+        pool, md = self._ensure_started()
+        tp = st.tp
+        while st.epoch == epoch:
+            address = md.view.leader_address(tp)
+            if address is None:
+                try:
+                    await md.refresh()
+                except errors.HeadwaterError as exc:
+                    log.debug("metadata refresh for %s failed: %s", tp, exc)
+                if md.view.leader_address(tp) is None:
+                    await asyncio.sleep(self.backoff_s)
+                continue
+            request = broker_pb2.FetchRequest(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=offset,
+                max_wait_ms=self.fetch_max_wait_ms,
+                min_bytes=self.fetch_min_bytes,
+                max_bytes=self.max_partition_fetch_bytes,
+                replica_id=-1,
+                current_leader_epoch=-1,
+                client_id=self.client_id,
+            )
+            call = pool.broker(address).Fetch(request)
+            err: errors.HeadwaterError | None = None
+            try:
+                async for resp in call:
+                    if st.epoch != epoch:
+                        return
+                    if resp.error_code:
+                        err = errors.error_for_code(resp.error_code, resp.error_message)
+                        break
+                    st.high_watermark = resp.high_watermark
+                    if resp.records:
+                        st.pending.append((epoch, resp.records))
+                        st.buffered += len(resp.records)
+                        assert self._wake is not None
+                        self._wake.set()
+                        offset = resp.next_offset
+                        if st.buffered >= self.max_buffer_bytes:
+                            st.space.clear()
+                            await st.space.wait()
+                    elif resp.next_offset > offset:
+                        offset = resp.next_offset
+            except grpc.RpcError as exc:
+                err = errors.from_rpc_error(exc)
+            finally:
+                call.cancel()
+            if st.epoch != epoch:
+                return
+            if err is None:
+                continue  # the broker ended the stream; open a new one
+            if isinstance(err, errors.OffsetOutOfRangeError):
+                if self.auto_offset_reset == "none":
+                    st.error = err
+                    return
+                spec = EARLIEST if self.auto_offset_reset == "earliest" else LATEST
+                found = await list_offsets(pool, md, {tp: spec}, timeout_s=self.timeout_s)
+                if st.epoch != epoch:
+                    return
+                log.info("%s: offset %d out of range, reset to %d", tp, offset, found[tp].offset)
+                st.reset_buffers()
+                epoch = st.epoch
+                st.position = offset = found[tp].offset
+                continue
+            if not err.retriable:
+                st.error = err
+                return
+            log.debug("fetch %s: %s; retrying", tp, err)
+            if err.invalid_metadata:
+                md.request_update()
+            await asyncio.sleep(self.backoff_s)
+
+    # ------------------------------------------------------------ polling
+
+    def _take(self, st: _Partition, budget: int | None) -> tuple[list[FetchedBatch], int]:
+        """Hand out decoded batches of ``st`` from its position, at most ``budget`` records."""
+        out: list[FetchedBatch] = []
+        taken = 0
+        while budget is None or taken < budget:
+            if not st.ready:
+                if not st.pending:
+                    break
+                epoch, raw = st.pending.popleft()
+                if epoch != st.epoch:
+                    continue
+                try:
+                    batches = decode_batches(raw, check_crc=self.check_crcs)
+                except errors.HeadwaterError as exc:
+                    st.consumed(len(raw), self.max_buffer_bytes)
+                    st.error = exc
+                    break
+                st.ready.extend(batches)
+            b = st.ready[0]
+            pos = st.position if st.position is not None else b.header.base_offset
+            start = first_index_at(b, pos)
+            count = b.header.record_count
+            stop = count if budget is None else min(count, start + budget - taken)
+            if stop >= count:
+                st.ready.popleft()
+                st.consumed(b.header.total_size, self.max_buffer_bytes)
+            if start < stop:
+                out.append(FetchedBatch(st.tp, b, start, stop))
+                taken += stop - start
+            st.position = max(pos, offset_at(b, stop))
+        return out, taken
+
+    def _collect(self, max_records: int | None) -> list[FetchedBatch]:
+        parts = list(self._parts.values())
+        if not parts:
+            return []
+        self._rr = (self._rr + 1) % len(parts)
+        out: list[FetchedBatch] = []
+        left = max_records
+        for st in parts[self._rr :] + parts[: self._rr]:
+            if st.error is not None and not out:
+                exc, st.error = st.error, None
+                raise exc
+            got, n = self._take(st, left)
+            out.extend(got)
+            if left is not None:
+                left -= n
+                if left <= 0:
+                    break
+        return out
+
+    async def poll_batches(
+        self, timeout_ms: float = 500, max_records: int | None = None
+    ) -> list[FetchedBatch]:
+        """Whole decoded batches (sliced to the position) fetched so far, waiting up to
+        ``timeout_ms`` for the first; raises a partition's non-retriable fetch error."""
+        self._ensure_started()
+        if not self._parts:
+            raise IllegalStateError("no partitions assigned")
+        await self._resolve_positions([st for st in self._parts.values() if st.position is None])
+        self._ensure_fetching()
+        deadline = time.monotonic() + timeout_ms / 1000
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            out = self._collect(max_records)
+            if out:
+                return out
+            self._ensure_fetching()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), remaining)
+
+    async def poll(self, timeout_ms: float = 500, max_records: int = 500) -> list[ConsumerRecord]:
+        """Up to ``max_records`` records as :class:`ConsumerRecord` (the convenience path)."""
+        if max_records <= 0:
+            raise errors.InvalidRequestError("max_records must be > 0")
+        out: list[ConsumerRecord] = []
+        for fb in await self.poll_batches(timeout_ms, max_records):
+            out.extend(fb.records())
+        return out
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [st.task for st in self._parts.values() if st.task is not None]
+        for st in self._parts.values():
+            self._stop(st)
+        if tasks:
+            await asyncio.wait(tasks)
+        if self._metadata is not None:
+            await self._metadata.close()
+        if self._pool is not None:
+            await self._pool.close()

@@ -1,0 +1,545 @@
+"""AsyncProducer: asyncio producer with batching, back-pressure, retries and futures.
+
+Usage::
+
+    async with AsyncProducer("127.0.0.1:9092", acks="all") as p:
+        fut = await p.send("events", b"value", key=b"k")     # returns at once (buffered)
+        meta = await fut                                       # RecordMetadata on ack
+        group = await p.send_many("events", values)            # the bulk path: one future
+        await group                                            # GroupMetadata
+
+``send`` does per record only: a partition choice, a size estimate and list appends.
+``send_many`` hands the producer a whole list: sizes are computed with numpy, the list is
+cut into batch-sized runs by slicing, keyed records are grouped by partition with one stable
+argsort. Records are encoded a batch at a time when the sender drains them
+(:mod:`headwater.client.accumulator`, :mod:`headwater.client.sender`).
+
+Configuration (Kafka's names and meanings): ``acks`` 0 | 1 | "all"; ``batch_size`` (bytes,
+default 1 MiB — Headwater's RPCs are expensive per call, so batches are big);
+``linger_ms`` (5); ``buffer_memory`` (32 MiB) with ``max_block_ms`` (60 s) of back-pressure
+before :class:`BufferExhaustedError`; ``compression_type`` none | gzip | lz4 | zstd;
+``retries``, ``retry_backoff_ms``, ``delivery_timeout_ms`` (120 s); ``max_in_flight`` requests
+per broker (5); ``request_timeout_ms`` (30 s); ``max_request_size`` (8 MiB of batches per
+request); ``client_id``; ``partitioner`` ("default" = CRC-32C, "murmur2", or a callable).
+
+Idempotence and transactions are not implemented yet; batches carry producer id/epoch/base
+sequence = -1, the fields those features will fill.
+
+Threading: an AsyncProducer lives on the loop that first uses it; use
+:class:`headwater.client.sync.Producer` from other threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from headwater import errors
+from headwater.batch import Compression
+from headwater.client import partitioner as partitioners
+from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, Group, Header
+from headwater.client.connection import ConnectionPool, parse_bootstrap
+from headwater.client.errors import BufferExhaustedError, ProducerClosedError
+from headwater.client.metadata import Metadata
+from headwater.client.sender import Sender
+from headwater.client.types import GroupMetadata, RecordMetadata, TopicPartition
+from headwater.v1 import broker_pb2
+
+log = logging.getLogger(__name__)
+
+_BYTES = (bytes, bytearray, memoryview)
+
+Callback = Callable[[RecordMetadata | None, BaseException | None], None]
+
+
+def parse_acks(acks: int | str) -> int:
+    """0, 1, -1 / "all" -> the wire :class:`Acks` value."""
+    text = str(acks).strip().lower()
+    if text == "0":
+        return broker_pb2.ACKS_NONE
+    if text == "1":
+        return broker_pb2.ACKS_LEADER
+    if text in ("all", "-1"):
+        return broker_pb2.ACKS_ALL
+    raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or all, got {acks!r}")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _check_bytes(what: str, v: Any) -> None:
+    if v is not None and not isinstance(v, _BYTES):
+        raise TypeError(f"{what} must be bytes, bytearray, memoryview or None, not {type(v)}")
+
+
+class AsyncProducer:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        acks: int | str = 1,
+        batch_size: int = 1024 * 1024,
+        linger_ms: float = 5,
+        buffer_memory: int = 32 * 1024 * 1024,
+        max_block_ms: float = 60_000,
+        compression_type: str | None = "none",
+        retries: int = 2_147_483_647,
+        retry_backoff_ms: int = 100,
+        delivery_timeout_ms: int = 120_000,
+        max_in_flight: int = 5,
+        request_timeout_ms: int = 30_000,
+        max_request_size: int = 8 * 1024 * 1024,
+        client_id: str = "headwater-python",
+        partitioner: str | partitioners.Partitioner | None = None,
+        metadata_max_age_ms: int = 300_000,
+    ) -> None:
+        self._bootstrap = parse_bootstrap(
+            bootstrap if isinstance(bootstrap, str) else list(bootstrap)
+        )
+        if batch_size < 1024 or buffer_memory < batch_size or max_in_flight < 1:
+            raise errors.InvalidConfigError(
+                "need batch_size >= 1024, buffer_memory >= batch_size, max_in_flight >= 1"
+            )
+        if linger_ms < 0 or retries < 0 or request_timeout_ms <= 0:
+            raise errors.InvalidConfigError("linger_ms, retries must be >= 0, timeouts > 0")
+        self.acks = parse_acks(acks)
+        self.max_block_ms = max_block_ms
+        self.max_request_size = max_request_size
+        self.partitioner = partitioners.resolve(partitioner)
+        self._sticky = (
+            self.partitioner
+            if isinstance(self.partitioner, partitioners.StickyPartitioner)
+            else None
+        )
+        self._compression = Compression.parse(compression_type)
+        self._cfg: dict[str, Any] = dict(
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            buffer_memory=buffer_memory,
+            max_block_ms=max_block_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            max_in_flight=max_in_flight,
+            request_timeout_ms=request_timeout_ms,
+            client_id=client_id,
+            metadata_max_age_ms=metadata_max_age_ms,
+        )
+        self._pool: ConnectionPool | None = None
+        self._metadata: Metadata | None = None
+        self._acc: Accumulator | None = None
+        self._sender: Sender | None = None
+        self._sender_task: asyncio.Task[None] | None = None
+        self._tps: dict[str, list[TopicPartition]] = {}
+        self._closed = False
+        self._dead: BaseException | None = None
+        self._start_lock: asyncio.Lock | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Create the accumulator and sender, and load metadata (idempotent)."""
+        if self._sender_task is not None:
+            return
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._sender_task is not None:
+                return
+            self._check_open()
+            c = self._cfg
+            self._pool = ConnectionPool()
+            self._metadata = Metadata(
+                self._pool,
+                self._bootstrap,
+                max_age_ms=c["metadata_max_age_ms"],
+                request_timeout_ms=c["request_timeout_ms"],
+                retry_backoff_ms=c["retry_backoff_ms"],
+            )
+            self._metadata.add_listener(lambda _v: self._tps.clear())
+            self._acc = Accumulator(
+                batch_size=c["batch_size"],
+                linger_ms=c["linger_ms"],
+                buffer_memory=c["buffer_memory"],
+                max_block_ms=c["max_block_ms"],
+                delivery_timeout_ms=c["delivery_timeout_ms"],
+                compression=self._compression,
+                on_batch_sealed=self._on_batch_sealed,
+            )
+            self._sender = Sender(
+                self._acc,
+                self._metadata,
+                self._pool,
+                acks=self.acks,
+                max_in_flight=c["max_in_flight"],
+                request_timeout_ms=c["request_timeout_ms"],
+                retries=c["retries"],
+                retry_backoff_ms=c["retry_backoff_ms"],
+                max_request_size=self.max_request_size,
+                client_id=c["client_id"],
+            )
+            task = asyncio.get_running_loop().create_task(self._sender.run(), name="sender")
+            task.add_done_callback(self._sender_done)
+            self._sender_task = task
+
+    def _sender_done(self, task: asyncio.Task[None]) -> None:
+        exc = None if task.cancelled() else task.exception()
+        if task.cancelled() or exc is not None:
+            reason = ProducerClosedError(f"the producer's sender stopped: {exc or 'cancelled'}")
+            if exc is not None:
+                log.error("producer sender died", exc_info=exc)
+                reason.__cause__ = exc
+            self._dead = reason
+            if self._acc is not None:
+                self._acc.fail_all(reason)
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._dead is not None:
+            raise self._dead
+        if self._closed:
+            raise ProducerClosedError("producer is closed")
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Send everything buffered now and wait until each of those batches is done."""
+        if self._acc is None or self._sender is None:
+            return
+        acc = self._acc
+        pending = [b.done for b in acc.incomplete]
+        if not pending:
+            return
+        acc.flushing += 1
+        self._sender.wake()
+        try:
+            await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
+        finally:
+            acc.flushing -= 1
+
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Flush, stop the sender, close connections. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._sender_task is not None and self._dead is None:
+                await self.flush(timeout_s)
+        finally:
+            self._closed = True
+            if self._sender is not None:
+                await self._sender.close(timeout_s)
+            if self._sender_task is not None and not self._sender_task.done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._sender_task), 5)
+                except TimeoutError:
+                    self._sender_task.cancel()
+                    await asyncio.wait([self._sender_task])
+            if self._acc is not None and self._acc.incomplete:
+                self._acc.fail_all(ProducerClosedError("producer closed before delivery"))
+            if self._metadata is not None:
+                await self._metadata.close()
+            if self._pool is not None:
+                await self._pool.close()
+
+    # ------------------------------------------------------------ partitions
+
+    def _on_batch_sealed(self, topic: str, partition: int) -> None:
+        if self._sticky is not None:
+            tps = self._tps.get(topic)
+            if tps:
+                self._sticky.on_batch_sealed(topic, partition, len(tps))
+
+    async def _partitions(self, topic: str) -> list[TopicPartition]:
+        tps = self._tps.get(topic)
+        if tps is not None:
+            return tps
+        assert self._metadata is not None
+        info = self._metadata.view.topics.get(topic)
+        if info is None:
+            try:
+                info = await self._metadata.wait_for_topic(topic, self.max_block_ms / 1000)
+            except errors.UnknownTopicOrPartitionError:
+                raise
+            except errors.HeadwaterError as exc:
+                raise BufferExhaustedError(f"no metadata for topic {topic!r}: {exc}") from exc
+        tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
+        self._tps[topic] = tps
+        return tps
+
+    # ------------------------------------------------------------ sending
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[Header] | None = None,
+        timestamp: int | None = None,
+        callback: Callback | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Buffer one record; returns a future resolved with its RecordMetadata on ack.
+
+        Awaits only for metadata of a new topic or for buffer memory (back-pressure).
+        ``callback(metadata, exception)`` runs on the loop when the record is done.
+        """
+        if self._sender_task is None:
+            await self.start()
+        self._check_open()
+        tps = self._tps.get(topic)
+        if tps is None:
+            tps = await self._partitions(topic)
+        if type(value) is not bytes:
+            _check_bytes("value", value)
+        if key is not None and type(key) is not bytes:
+            _check_bytes("key", key)
+        n = len(tps)
+        if partition is None:
+            partition = self.partitioner(key, n, topic)
+        if not 0 <= partition < n:
+            raise errors.UnknownTopicOrPartitionError(
+                f"partition {partition} of {topic!r} does not exist ({n} partitions)"
+            )
+        size = RECORD_OVERHEAD + (len(value) if value is not None else 0)
+        if key is not None:
+            size += len(key)
+        if headers:
+            size += sum(len(k) + (len(v) if v is not None else 0) + 12 for k, v in headers)
+        if size > self.max_request_size:
+            raise errors.MessageTooLargeError(
+                f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}"
+            )
+        acc = self._acc
+        assert acc is not None
+        if not acc.try_reserve(size):
+            await acc.reserve(size)
+            self._check_open()
+        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        if callback is not None:
+            fut.add_done_callback(_callback_adapter(callback))
+        acc.append(
+            tps[partition],
+            value,
+            key,
+            headers,
+            _now_ms() if timestamp is None else timestamp,
+            size,
+            fut,
+        )
+        return fut
+
+    async def send_and_wait(self, topic: str, value: bytes | None, **kw: Any) -> RecordMetadata:
+        return await (await self.send(topic, value, **kw))
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[Sequence[Header]] | None = None,
+        timestamp: int | None = None,
+    ) -> asyncio.Future[GroupMetadata]:
+        """Buffer a list of records (the bulk path); one future for the whole group.
+
+        ``keys``/``headers`` (optional) are parallel to ``values``. All records get the same
+        timestamp (``timestamp`` or now). Returns once every record is buffered (awaiting
+        buffer memory as needed); the future resolves to a :class:`GroupMetadata` once every
+        batch holding part of the group is acknowledged, or fails with the first error.
+        """
+        if self._sender_task is None:
+            await self.start()
+        self._check_open()
+        tps = self._tps.get(topic)
+        if tps is None:
+            tps = await self._partitions(topic)
+        count = len(values)
+        for what, col in (("keys", keys), ("headers", headers)):
+            if col is not None and len(col) != count:
+                raise errors.InvalidRequestError(f"{len(col)} {what} for {count} values")
+        loop = asyncio.get_running_loop()
+        group = Group(topic, loop.create_future())
+        ts = _now_ms() if timestamp is None else timestamp
+        if count == 0:
+            group.close_adding()
+            return group.future
+        sizes = _sizes(values, keys, headers)
+        if int(sizes.max()) > self.max_request_size:
+            raise errors.MessageTooLargeError(
+                f"a record of ~{int(sizes.max())} bytes exceeds "
+                f"max_request_size={self.max_request_size}"
+            )
+        n = len(tps)
+        if partition is not None:
+            if not 0 <= partition < n:
+                raise errors.UnknownTopicOrPartitionError(
+                    f"partition {partition} of {topic!r} does not exist ({n} partitions)"
+                )
+            await self._append_run(tps[partition], values, keys, headers, sizes, ts, group)
+        elif keys is None and self._sticky is not None:
+            await self._append_sticky(topic, tps, values, headers, sizes, ts, group)
+        else:
+            await self._append_partitioned(topic, tps, values, keys, headers, sizes, ts, group)
+        group.close_adding()
+        return group.future
+
+    async def _append_run(
+        self,
+        tp: TopicPartition,
+        values: Sequence[Any],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[Header]] | None,
+        sizes: np.ndarray,
+        ts: int,
+        group: Group,
+        *,
+        sticky_topic: str | None = None,
+        tps: list[TopicPartition] | None = None,
+    ) -> None:
+        """Append ``values`` cut into runs that fill batches; sticky mode re-picks the tp."""
+        acc = self._acc
+        assert acc is not None
+        cum = np.zeros(len(values) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=cum[1:])
+        i, total = 0, len(values)
+        while i < total:
+            if sticky_topic is not None and self._sticky is not None and tps is not None:
+                tp = tps[self._sticky.sticky_partition(sticky_topic, len(tps))]
+            room = acc.room(tp)
+            j = int(np.searchsorted(cum, cum[i] + room, side="right")) - 1
+            if j <= i:
+                if acc.has_open_records(tp):
+                    acc.seal_open(tp)
+                    continue
+                j = i + 1  # one record larger than a batch gets a batch of its own
+            nbytes = int(cum[j] - cum[i])
+            if not acc.try_reserve(nbytes):
+                await acc.reserve(nbytes)
+                self._check_open()
+            acc.append_many(
+                tp,
+                values[i:j],
+                None if keys is None else keys[i:j],
+                None if headers is None else headers[i:j],
+                ts,
+                nbytes,
+                group,
+            )
+            i = j
+
+    async def _append_sticky(
+        self,
+        topic: str,
+        tps: list[TopicPartition],
+        values: Sequence[Any],
+        headers: Sequence[Sequence[Header]] | None,
+        sizes: np.ndarray,
+        ts: int,
+        group: Group,
+    ) -> None:
+        await self._append_run(
+            tps[0], values, None, headers, sizes, ts, group, sticky_topic=topic, tps=tps
+        )
+
+    async def _append_partitioned(
+        self,
+        topic: str,
+        tps: list[TopicPartition],
+        values: Sequence[Any],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[Header]] | None,
+        sizes: np.ndarray,
+        ts: int,
+        group: Group,
+    ) -> None:
+        n = len(tps)
+        fn = self.partitioner
+        if keys is None:
+            parts = np.fromiter((fn(None, n, topic) for _ in values), np.int64, len(values))
+        elif isinstance(fn, partitioners.DefaultPartitioner) and None not in keys:
+            crc = partitioners.crc32c
+            parts = np.fromiter((crc(k) for k in keys), np.int64, len(keys)) % n  # type: ignore[arg-type]
+        else:
+            parts = np.fromiter((fn(k, n, topic) for k in keys), np.int64, len(keys))
+        if len(parts) and (int(parts.min()) < 0 or int(parts.max()) >= n):
+            raise errors.UnknownTopicOrPartitionError(
+                f"partitioner returned a partition outside 0..{n - 1} for {topic!r}"
+            )
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        starts = [0, *bounds.tolist()]
+        ends = [*bounds.tolist(), len(parts)]
+        for s, e in zip(starts, ends, strict=True):
+            idx = order[s:e].tolist()
+            pick = _picker(idx)
+            await self._append_run(
+                tps[int(sorted_parts[s])],
+                pick(values),
+                None if keys is None else pick(keys),
+                None if headers is None else pick(headers),
+                sizes[order[s:e]],
+                ts,
+                group,
+            )
+
+
+def _picker(idx: list[int]) -> Callable[[Sequence[Any]], list[Any]]:
+    if len(idx) == 1:
+        return lambda seq: [seq[idx[0]]]
+    getter = itemgetter(*idx)
+    return lambda seq: list(getter(seq))
+
+
+def _lengths(col: Sequence[Any], what: str) -> np.ndarray:
+    try:
+        return np.fromiter(map(len, col), dtype=np.int64, count=len(col))
+    except TypeError:
+        for v in col:
+            _check_bytes(what, v)
+        return np.fromiter((0 if v is None else len(v) for v in col), np.int64, len(col))
+
+
+def _sizes(
+    values: Sequence[Any],
+    keys: Sequence[Any] | None,
+    headers: Sequence[Sequence[Header]] | None,
+) -> np.ndarray:
+    """Estimated bytes per record (value + key + headers + overhead), one numpy pass each."""
+    sizes = _lengths(values, "value") + RECORD_OVERHEAD
+    if keys is not None:
+        sizes += _lengths(keys, "key")
+    if headers is not None:
+        sizes += np.fromiter(
+            (sum(len(k) + len(v or b"") + 12 for k, v in h) if h else 0 for h in headers),
+            np.int64,
+            len(headers),
+        )
+    return sizes
+
+
+def _callback_adapter(cb: Callback) -> Callable[[asyncio.Future[RecordMetadata]], None]:
+    def done(fut: asyncio.Future[RecordMetadata]) -> None:
+        if fut.cancelled():
+            cb(None, asyncio.CancelledError())
+        elif fut.exception() is not None:
+            cb(None, fut.exception())
+        else:
+            cb(fut.result(), None)
+
+    return done

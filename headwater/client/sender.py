@@ -1,0 +1,224 @@
+"""The producer's sender: drains ready batches and sends one ProduceRequest per leader.
+
+Shape (aiokafka's): one sender routine per producer drains the accumulator, groups ready
+batches by partition leader and starts one request task per leader, with at most
+``max_in_flight`` requests outstanding per broker. Each request carries many partitions (and
+several consecutive batches of one partition concatenated in one ``PartitionRecords``; their
+offsets follow each other, so batch k starts at ``base_offset + sum(counts before k)``).
+
+Outcomes, per partition result:
+
+* ``NONE``: every waiter is resolved (record ``i`` -> ``base_offset + i``);
+* retriable (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS, network errors,
+  ...): the batch goes back to the head of its partition queue after ``retry_backoff_ms``,
+  with a metadata refresh first when the error says metadata is stale, until ``retries`` or
+  ``delivery_timeout_ms`` runs out;
+* anything else (MESSAGE_TOO_LARGE, INVALID_CONFIG, CORRUPT_MESSAGE, authorization, ...): the
+  waiters fail at once with the typed exception of :mod:`headwater.errors`.
+
+With ``acks=0`` waiters are resolved (offset -1) as soon as the request is handed to gRPC and
+the answer is ignored. With ``max_in_flight == 1`` a partition is muted while it has a request
+in flight, so retries cannot reorder its records. A response's ``throttle_time_ms`` holds back
+requests to that broker until the delay has passed.
+
+Ownership: the sender routine and its request tasks run on the producer's loop; they are the
+only code that takes batches out of the accumulator. If the routine dies, the producer's
+done-callback fails every pending future (callers never hang).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+
+import grpc
+
+from headwater import errors
+from headwater.client.accumulator import Accumulator, ProducerBatch
+from headwater.client.connection import ConnectionPool
+from headwater.client.metadata import Metadata
+from headwater.client.types import TopicPartition
+from headwater.v1 import broker_pb2
+
+log = logging.getLogger(__name__)
+
+
+class Sender:
+    """The sender routine and its request tasks (see module docstring)."""
+
+    def __init__(
+        self,
+        acc: Accumulator,
+        metadata: Metadata,
+        pool: ConnectionPool,
+        *,
+        acks: int,
+        max_in_flight: int,
+        request_timeout_ms: int,
+        retries: int,
+        retry_backoff_ms: int,
+        max_request_size: int,
+        client_id: str,
+    ) -> None:
+        self.acc = acc
+        self.metadata = metadata
+        self.pool = pool
+        self.acks = acks
+        self.max_in_flight = max_in_flight
+        self.timeout_ms = request_timeout_ms
+        self.retries = retries
+        self.backoff = retry_backoff_ms / 1000
+        self.max_request_size = max_request_size
+        self.client_id = client_id
+        self.in_flight: dict[int, int] = {}
+        self.throttled_until: dict[int, float] = {}
+        self.muted: set[TopicPartition] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.closing = False
+        self._wake = asyncio.Event()
+        acc.wakeup = self._wake.set
+        metadata.add_listener(lambda _view: self._wake.set())
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _can_send(self, leader: int) -> bool:
+        if self.in_flight.get(leader, 0) >= self.max_in_flight:
+            return False
+        until = self.throttled_until.get(leader)
+        return until is None or until <= self.acc.clock()
+
+    async def run(self) -> None:
+        """Loop until closing and nothing is left to send or await."""
+        loop = asyncio.get_running_loop()
+        view = self.metadata
+        while True:
+            self._wake.clear()
+            batches, next_at, unknown = self.acc.drain(
+                lambda tp: view.view.leader(tp), self._can_send, self.muted, self.max_request_size
+            )
+            if unknown:
+                self.metadata.request_update()
+            else:
+                self.metadata.maybe_refresh()
+            for leader, taken in batches.items():
+                self.in_flight[leader] = self.in_flight.get(leader, 0) + 1
+                if self.max_in_flight == 1:
+                    self.muted.update(b.tp for b in taken)
+                task = loop.create_task(self._request(leader, taken), name=f"produce-{leader}")
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+            if self.closing and not self.acc.incomplete and not self.tasks:
+                return
+            now = self.acc.clock()
+            timeout = None if next_at is None else max(0.0, next_at - now)
+            for until in self.throttled_until.values():
+                if until > now:
+                    timeout = until - now if timeout is None else min(timeout, until - now)
+            if unknown:
+                timeout = self.backoff if timeout is None else min(timeout, self.backoff)
+            if timeout is None:
+                await self._wake.wait()
+            elif timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _request(self, leader: int, batches: list[ProducerBatch]) -> None:
+        try:
+            await self._send(leader, batches)
+        except asyncio.CancelledError:
+            for b in batches:
+                self.acc.fail(b, errors.NetworkError("producer closed with the request in flight"))
+            raise
+        except Exception as exc:  # a bug or an unexpected library error: never hang callers
+            log.exception("produce request to broker %d failed unexpectedly", leader)
+            for b in batches:
+                self.acc.fail(b, exc)
+        finally:
+            self.in_flight[leader] -= 1
+            for b in batches:
+                self.muted.discard(b.tp)
+            self._wake.set()
+
+    async def _send(self, leader: int, batches: list[ProducerBatch]) -> None:
+        by_tp: OrderedDict[TopicPartition, list[ProducerBatch]] = OrderedDict()
+        for b in batches:
+            by_tp.setdefault(b.tp, []).append(b)
+        request = broker_pb2.ProduceRequest(
+            acks=self.acks,  # type: ignore[arg-type]
+            timeout_ms=self.timeout_ms,
+            client_id=self.client_id,
+            partitions=[
+                broker_pb2.PartitionRecords(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    records=bs[0].encoded
+                    if len(bs) == 1
+                    else b"".join(b.encoded or b"" for b in bs),
+                )
+                for tp, bs in by_tp.items()
+            ],
+        )
+        address = self.metadata.view.address(leader)
+        if address is None:
+            self._retry_or_fail(batches, errors.BrokerNotAvailableError(f"broker {leader} gone"))
+            return
+        call = self.pool.broker(address).Produce(request, timeout=self.timeout_ms / 1000 + 5)
+        if self.acks == broker_pb2.ACKS_NONE:
+            for b in batches:
+                self.acc.complete(b, -1)
+        try:
+            response = await call
+        except grpc.RpcError as exc:
+            err = errors.from_rpc_error(exc)
+            if self.acks != broker_pb2.ACKS_NONE:
+                self._retry_or_fail(batches, err)
+            else:
+                log.warning("acks=0 produce to broker %d failed: %s", leader, err)
+            return
+        if response.throttle_time_ms > 0:
+            self.throttled_until[leader] = self.acc.clock() + response.throttle_time_ms / 1000
+        if self.acks == broker_pb2.ACKS_NONE:
+            return
+        for r in response.partitions:
+            tp_batches = by_tp.pop(TopicPartition(r.topic, r.partition), None)
+            if tp_batches is None:
+                continue
+            if r.error_code == 0:
+                offset = r.base_offset
+                for b in tp_batches:
+                    self.acc.complete(b, offset, r.log_append_time)
+                    offset += b.count
+            else:
+                perr = errors.error_for_code(r.error_code, r.error_message)
+                assert perr is not None
+                self._retry_or_fail(tp_batches, perr)
+        for _tp, left in by_tp.items():
+            self._retry_or_fail(left, errors.UnknownServerError("no result for partition"))
+
+    def _retry_or_fail(self, batches: list[ProducerBatch], err: errors.HeadwaterError) -> None:
+        stale = False
+        # reversed: re-enqueueing at the head keeps the partition's original order
+        for b in reversed(batches):
+            if err.retriable and b.attempts < self.retries and not self.acc.expired(b):
+                log.debug("retrying batch for %s after %s", b.tp, err)
+                stale = stale or err.invalid_metadata
+                self.acc.reenqueue(b, self.acc.clock() + self.backoff)
+            else:
+                self.acc.fail(b, err)
+        if stale:
+            self.metadata.request_update()
+
+    async def close(self, timeout_s: float | None) -> None:
+        """Cancel outstanding request tasks (after ``flush`` they are normally none)."""
+        self.closing = True
+        self._wake.set()
+        tasks = list(self.tasks)
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending)

@@ -1,0 +1,278 @@
+"""Blocking facades: Producer, Consumer, AdminClient.
+
+Each facade owns a private event loop running in a daemon thread and the async client that
+lives on it; every call is shipped to that loop with ``run_coroutine_threadsafe`` and waited
+for. ``Producer.send`` returns a ``concurrent.futures.Future`` that resolves when the record
+is acknowledged (it does not wait for the ack itself). Facades are safe to call from several
+threads (calls are serialised through the loop). ``close()`` stops the loop and joins the
+thread; facades are context managers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from headwater.client.accumulator import Header
+from headwater.client.admin import (
+    AsyncAdminClient,
+    ClusterDescription,
+    NewTopic,
+    TopicDescription,
+)
+from headwater.client.consumer import AsyncConsumer
+from headwater.client.fetched import FetchedBatch
+from headwater.client.producer import AsyncProducer, Callback
+from headwater.client.types import (
+    ConsumerRecord,
+    GroupMetadata,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """A private event loop in a daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return self.submit(coro).result(timeout)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+def _chain(src: asyncio.Future[T], dst: concurrent.futures.Future[T]) -> None:
+    if src.cancelled():
+        dst.cancel()
+    elif src.exception() is not None:
+        dst.set_exception(src.exception())
+    else:
+        dst.set_result(src.result())
+
+
+class Producer:
+    """Blocking facade over :class:`AsyncProducer` (same arguments)."""
+
+    def __init__(self, bootstrap: str | Sequence[str], **config: Any) -> None:
+        self._lt = _LoopThread("headwater-producer")
+        try:
+            self._p = self._lt.run(self._make(bootstrap, config))
+        except BaseException:
+            self._lt.stop()
+            raise
+
+    @staticmethod
+    async def _make(bootstrap: str | Sequence[str], config: dict[str, Any]) -> AsyncProducer:
+        p = AsyncProducer(bootstrap, **config)
+        await p.start()
+        return p
+
+    async def _send(
+        self, cf: concurrent.futures.Future[Any], coro: Coroutine[Any, Any, asyncio.Future[Any]]
+    ) -> None:
+        try:
+            fut = await coro
+        except BaseException as exc:
+            cf.set_exception(exc)
+            return
+        fut.add_done_callback(lambda f: _chain(f, cf))
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[Header] | None = None,
+        timestamp: int | None = None,
+        callback: Callback | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Buffer a record; the future resolves with its RecordMetadata on ack."""
+        cf: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        coro = self._p.send(
+            topic,
+            value,
+            key,
+            partition=partition,
+            headers=headers,
+            timestamp=timestamp,
+            callback=callback,
+        )
+        self._lt.submit(self._send(cf, coro))
+        return cf
+
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[Sequence[Header]] | None = None,
+        timestamp: int | None = None,
+    ) -> concurrent.futures.Future[GroupMetadata]:
+        """Buffer a list of records (blocks while buffer memory is short); one future."""
+        cf: concurrent.futures.Future[GroupMetadata] = concurrent.futures.Future()
+        coro = self._p.send_many(
+            topic, values, keys, partition=partition, headers=headers, timestamp=timestamp
+        )
+        self._lt.run(self._send(cf, coro))
+        return cf
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.flush(timeout))
+
+    def close(self, timeout: float | None = None) -> None:
+        try:
+            self._lt.run(self._p.close(timeout))
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Consumer:
+    """Blocking facade over :class:`AsyncConsumer` (same arguments)."""
+
+    def __init__(self, bootstrap: str | Sequence[str], **config: Any) -> None:
+        self._lt = _LoopThread("headwater-consumer")
+        self._c = AsyncConsumer(bootstrap, **config)
+
+    async def _do(self, fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._lt.run(self._do(self._c.assign, list(partitions)))
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._c.assignment()
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._lt.run(self._do(self._c.seek, tp, offset))
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._c.seek_to_beginning(*tps))
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._c.seek_to_end(*tps))
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._lt.run(self._c.position(tp))
+
+    def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        return self._lt.run(self._c.offsets_for_times(timestamps))
+
+    def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._lt.run(self._c.beginning_offsets(list(tps)))
+
+    def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._lt.run(self._c.end_offsets(list(tps)))
+
+    def poll(self, timeout_ms: float = 500, max_records: int = 500) -> list[ConsumerRecord]:
+        return self._lt.run(self._c.poll(timeout_ms, max_records))
+
+    def poll_batches(
+        self, timeout_ms: float = 500, max_records: int | None = None
+    ) -> list[FetchedBatch]:
+        return self._lt.run(self._c.poll_batches(timeout_ms, max_records))
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._c.close())
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AdminClient:
+    """Blocking facade over :class:`AsyncAdminClient` (same arguments)."""
+
+    def __init__(self, bootstrap: str | Sequence[str], **config: Any) -> None:
+        self._lt = _LoopThread("headwater-admin")
+        self._a = AsyncAdminClient(bootstrap, **config)
+
+    def create_topics(self, topics: Iterable[NewTopic], *, validate_only: bool = False) -> Any:
+        return self._lt.run(self._a.create_topics(list(topics), validate_only=validate_only))
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        configs: Mapping[str, str] | None = None,
+    ) -> str:
+        return self._lt.run(self._a.create_topic(name, partitions, replication_factor, configs))
+
+    def delete_topics(self, names: Iterable[str]) -> None:
+        self._lt.run(self._a.delete_topics(list(names)))
+
+    def create_partitions(self, topic: str, total_count: int) -> None:
+        self._lt.run(self._a.create_partitions(topic, total_count))
+
+    def alter_topic_configs(
+        self,
+        topic: str,
+        set_configs: Mapping[str, str] | None = None,
+        delete: Iterable[str] = (),
+    ) -> None:
+        self._lt.run(self._a.alter_topic_configs(topic, set_configs, list(delete)))
+
+    def describe_cluster(self) -> ClusterDescription:
+        return self._lt.run(self._a.describe_cluster())
+
+    def list_topics(self) -> list[str]:
+        return self._lt.run(self._a.list_topics())
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        return self._lt.run(self._a.describe_topics(None if names is None else list(names)))
+
+    def list_offsets(
+        self, wanted: Mapping[TopicPartition, int | str]
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        return self._lt.run(self._a.list_offsets(wanted))
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._a.close())
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
