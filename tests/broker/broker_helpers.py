@@ -9,8 +9,8 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import cast
 from pathlib import Path
+from typing import cast
 
 import grpc
 
@@ -183,13 +183,6 @@ class ActingController:
         resp = self.leader_and_isr(name, states, configs)
         assert resp.error_code == ErrorCode.NONE, resp
         assert all(p.error_code == ErrorCode.NONE for p in resp.partitions), resp
-        assert self.update_metadata().error_code == ErrorCode.NONE
-
-    def reassert(self) -> None:
-        """Send every topic's assignment again (what the controller does on broker restart)."""
-        for name, t in self.topics.items():
-            resp = self.leader_and_isr(name, list(t.partitions), self.configs[name])
-            assert resp.error_code == ErrorCode.NONE, resp
         assert self.update_metadata().error_code == ErrorCode.NONE
 
 

@@ -133,9 +133,7 @@ def test_produce_records_and_fetch_records_round_trip(controller: ActingControll
     controller.create_topic("records", partitions=3)
     base = int(time.time() * 1000) - 1000
     recs = [
-        broker_pb2.Record(
-            key=b"user-%d" % i, value=b"value-%d" % i, timestamp=base + i
-        )
+        broker_pb2.Record(key=b"user-%d" % i, value=b"value-%d" % i, timestamp=base + i)
         for i in range(30)
     ]
     recs.append(broker_pb2.Record(key=b"tomb"))  # null value
