@@ -1,0 +1,87 @@
+"""LogManager: several log dirs, placement, reload, delete, directory locks, periodic passes."""
+
+from __future__ import annotations
+
+import pytest
+from storage_helpers import append, make_batch, read_all
+
+from headwater.config import TopicConfig
+from headwater.errors import InvalidTopicError, KafkaStorageError
+from services.broker.storage.log_manager import LogManager
+
+
+def test_partitions_spread_over_log_dirs_and_reload(tmp_path, clock):
+    dirs = [tmp_path / "d0", tmp_path / "d1", tmp_path / "d2"]
+    mgr = LogManager(dirs, clock=clock)
+    cfg = TopicConfig()
+    for p in range(6):
+        append(mgr.get_or_create("orders-eu", p, cfg), make_batch(p + 1))
+    counts = {d: len([x for x in d.iterdir() if x.is_dir()]) for d in dirs}
+    assert sorted(counts.values()) == [2, 2, 2]
+    assert mgr.get_or_create("orders-eu", 3, cfg) is mgr.get("orders-eu", 3)
+    mgr.close()
+
+    again = LogManager(dirs, clock=clock)
+    assert again.partitions() == [("orders-eu", p) for p in range(6)]
+    for p in range(6):
+        log = again.get("orders-eu", p)
+        assert log is not None and log.log_end_offset == p + 1
+    # a new partition goes to a least-loaded dir
+    again.delete("orders-eu", 0)
+    home = again.log_dir_of("orders-eu", 1)
+    emptier = [d for d in dirs if len(list(d.glob("orders-eu-*"))) == 1]
+    assert len(emptier) == 1 and emptier[0] != home
+    again.get_or_create("other", 0, cfg)
+    assert again.log_dir_of("other", 0) == emptier[0]
+    again.close()
+
+
+def test_delete_removes_the_directory(tmp_path, clock):
+    mgr = LogManager([tmp_path / "d"], clock=clock)
+    log = mgr.get_or_create("t", 0, TopicConfig())
+    append(log, make_batch(2))
+    assert mgr.delete("t", 0) is True
+    assert not (tmp_path / "d" / "t-0").exists()
+    assert mgr.get("t", 0) is None and mgr.delete("t", 0) is False
+    mgr.close()
+
+
+def test_two_managers_cannot_share_a_log_dir(tmp_path, clock):
+    mgr = LogManager([tmp_path / "a", tmp_path / "b"], clock=clock)
+    with pytest.raises(KafkaStorageError):
+        LogManager([tmp_path / "c", tmp_path / "b"], clock=clock)
+    mgr.close()
+    LogManager([tmp_path / "b"], clock=clock).close()  # free again after close
+
+
+def test_unsafe_topic_names_are_refused(tmp_path, clock):
+    mgr = LogManager([tmp_path / "d"], clock=clock)
+    for bad in ["", "..", "a/b"]:
+        with pytest.raises(InvalidTopicError):
+            mgr.get_or_create(bad, 0, TopicConfig())
+    mgr.close()
+
+
+def test_closed_log_is_reopened_by_get_or_create(tmp_path, clock):
+    mgr = LogManager([tmp_path / "d"], clock=clock)
+    log = mgr.get_or_create("t", 0, TopicConfig())
+    append(log, make_batch(3))
+    log.close()
+    assert mgr.retention_pass(clock.now) == 0 and mgr.flush_pass(clock.now) == 0  # skipped
+    reopened = mgr.get_or_create("t", 0, TopicConfig())
+    assert reopened is not log and reopened.log_end_offset == 3
+    mgr.close()
+
+
+def test_retention_and_flush_passes(tmp_path, clock):
+    mgr = LogManager([tmp_path / "d"], clock=clock)
+    cfg = TopicConfig(segment_bytes=1024, retention_ms=1000, flush_ms=0)
+    log = mgr.get_or_create("t", 0, cfg)
+    for i in range(20):
+        append(log, make_batch(3, ts=clock.now - 5000, value_size=50, tag=i))
+    segments = log.num_segments
+    assert segments > 2
+    assert mgr.retention_pass(clock.now) == segments - 1
+    assert mgr.flush_pass(clock.now) == 1 and log.recovery_point == log.log_end_offset
+    assert read_all(log)
+    mgr.close()
