@@ -20,9 +20,7 @@ Two generated sections, each between ``<!-- BEGIN GENERATED: NAME -->`` and
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,11 +69,8 @@ def topic_configs() -> str:
 
 
 def _has_main(module: str) -> bool:
-    return importlib.util.find_spec(module + ".__main__") is not None if _pkg(module) else False
-
-
-def _pkg(module: str) -> bool:
-    return (ROOT / Path(*module.split("."))).is_dir()
+    """Whether ``python -m module`` exists in this checkout (a service not built yet has none)."""
+    return (ROOT / Path(*module.split(".")) / "__main__.py").is_file()
 
 
 def service_flags() -> str:
@@ -104,12 +99,9 @@ def render() -> dict[str, str]:
 def replace_sections(doc: str, sections: dict[str, str]) -> str:
     for name, body in sections.items():
         begin, end = _markers(name)
-        doc = re.sub(
-            re.escape(begin) + r".*?" + re.escape(end),
-            lambda _m, b=begin, e=end, body=body: f"{b}\n{body}{e}",
-            doc,
-            flags=re.DOTALL,
-        )
+        head, rest = doc.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        doc = f"{head}{begin}\n{body}{end}{tail}"
     return doc
 
 
