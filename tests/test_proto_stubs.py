@@ -18,9 +18,7 @@ def test_stubs_are_reproducible_from_proto(tmp_path: Path) -> None:
         env=env,
         timeout=120,
     )
-    generated = {
-        p.name: p.read_bytes() for p in (tmp_path / "headwater" / "v1").glob("*_pb2*.py*")
-    }
+    generated = {p.name: p.read_bytes() for p in (tmp_path / "headwater" / "v1").glob("*_pb2*.py*")}
     committed = {p.name: p.read_bytes() for p in (ROOT / "headwater" / "v1").glob("*_pb2*.py*")}
     protos = sorted(p.stem for p in (ROOT / "proto" / "headwater" / "v1").glob("*.proto"))
     assert protos, "no .proto files found"
