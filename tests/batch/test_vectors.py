@@ -12,6 +12,7 @@ import crc32c
 import pytest
 
 from headwater.batch import decode_batches, validate_batches
+from headwater.client.partitioner import crc32c_partition
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "batch-format.md"
@@ -89,3 +90,4 @@ def test_partitioner_vectors() -> None:
         crc = crc32c.crc32c(key)
         assert crc == int(crc_hex, 16) == int(crc_dec)
         assert crc % 3 == int(partition)
+        assert crc32c_partition(key, 3) == int(partition)  # the Python client's partitioner

@@ -8,6 +8,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from interop_util import create_topic
 
 from headwater.batch import decode_batches, encode_batch
+from headwater.client import Consumer, TopicPartition
 from headwater.v1 import broker_pb2, broker_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 
@@ -102,6 +104,19 @@ def test_node_produces_and_fetches_records(
     assert values[:N] == [f"node-value-{i}".encode() for i in range(N)]
     assert keys[:N] == [f"node-key-{i}".encode() for i in range(N - 1)] + [None]
     assert headers[:N] == [(("source", b"node"), ("empty", None))] * N
+
+    # and the Python client's consumer sees the same records
+    seen: list[Any] = []
+    with Consumer(cluster.bootstrap) as consumer:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + 30
+        while len(seen) < N and time.monotonic() < deadline:
+            seen += consumer.poll(timeout_ms=200)
+    assert [(r.offset, r.key, r.value, r.headers) for r in seen[:N]] == [
+        (i, keys[i], values[i], headers[i]) for i in range(N)
+    ]
 
 
 def test_node_fetches_what_python_produced(
