@@ -85,3 +85,20 @@ def test_retention_and_flush_passes(tmp_path, clock):
     assert mgr.flush_pass(clock.now) == 1 and log.recovery_point == log.log_end_offset
     assert read_all(log)
     mgr.close()
+
+
+def test_retention_waits_for_the_real_config_of_loaded_logs(tmp_path, clock):
+    cfg = TopicConfig(segment_bytes=1024, retention_ms=-1)
+    mgr = LogManager([tmp_path / "d"], clock=clock)
+    log = mgr.get_or_create("t", 0, cfg)
+    for i in range(10):
+        append(log, make_batch(3, ts=0, value_size=100, tag=i))  # very old records
+    segments = log.num_segments
+    mgr.close()
+    again = LogManager([tmp_path / "d"], clock=clock)  # default retention: 7 days
+    assert again.retention_pass(clock.now) == 0
+    assert again.get_or_create("t", 0, cfg).num_segments == segments
+    assert again.retention_pass(clock.now) == 0
+    again.get_or_create("t", 0, TopicConfig(segment_bytes=1024, retention_ms=1000))
+    assert again.retention_pass(clock.now) == segments - 1
+    again.close()

@@ -137,6 +137,7 @@ def _lookups_after_reopen(d: Path, clock, damage) -> None:
     for off in range(0, 180, 7):
         assert log.read(off, 1).first_offset == off - off % 3
     m = log.offset_for_timestamp(10_000 + 10 * 33 + 1)
+    assert m is not None
     assert (m.offset, m.timestamp) == (33 * 3 + 1, 10_000 + 10 * 33 + 1)
     for p in [*_index_files(d, "index"), *_index_files(d, "timeindex")]:
         assert p.stat().st_size > 0
@@ -189,4 +190,20 @@ def test_empty_directory_and_missing_checkpoint(tmp_path, clock):
     (d / "partition.checkpoint").unlink()
     reopened = Log(d, TopicConfig(), clock=clock)
     assert (reopened.log_start_offset, reopened.log_end_offset) == (0, 2)
+    reopened.close()
+
+
+def test_rebuilt_time_index_of_a_sealed_segment_keeps_its_largest_timestamp(tmp_path, clock):
+    d = tmp_path / "t-0"
+    cfg = TopicConfig(segment_bytes=1024, index_interval_bytes=1 << 20)  # no interval entries
+    log = Log(d, cfg, clock=clock)
+    for i in range(12):
+        append(log, make_batch(2, ts=1000 + i, value_size=100, tag=i))
+    largest = [s.largest_timestamp() for s in log._snap.segments[:-1]]
+    log.close()
+    for p in _index_files(d, "timeindex"):
+        p.unlink()
+    Log(d, cfg, clock=clock).close()  # rebuilds, then shuts down cleanly
+    reopened = Log(d, cfg, clock=clock)  # clean open: reads the rebuilt files only
+    assert [s.largest_timestamp() for s in reopened._snap.segments[:-1]] == largest
     reopened.close()

@@ -149,6 +149,8 @@ class Log:
                 self.recovered_bytes_truncated += cut
                 if seg.rolling_base_ms is not None:
                     seg.rolling_base_ms = min(seg.rolling_base_ms, now)
+                if next_base is not None:
+                    seg.seal()  # the rebuilt time index ends with the segment's largest ts
                 if next_base is not None and (cut > 0 or seg.next_offset > next_base):
                     # Nothing after damage in a sealed segment can be trusted or served.
                     for later in segs[i + 1 :]:

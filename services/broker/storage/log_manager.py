@@ -9,6 +9,11 @@ KafkaStorageError instead of corrupting the logs.
 At start every partition directory found is opened (and recovered: see ``log.py``). A new
 partition goes to the log directory holding the fewest partitions (ties: the first listed).
 
+Logs found at start are opened with ``default_config`` (the topic's real configuration comes
+from the controller); ``retention_pass`` skips them until ``get_or_create`` has given them
+their configuration, so a default retention never deletes data of a topic configured to keep
+it longer.
+
 Threads: the partition map is guarded by a lock, so any thread may call these methods.
 ``retention_pass`` and ``flush_pass`` call mutating ``Log`` methods, which serialise with the
 partition's own writer through the log's internal lock; closed logs are skipped.
@@ -60,6 +65,7 @@ class LogManager:
         self._lock = threading.Lock()
         self._logs: dict[tuple[str, int], Log] = {}
         self._home: dict[tuple[str, int], Path] = {}
+        self._configured: set[tuple[str, int]] = set()
         self._lock_fds: list[int] = []
         try:
             for d in self.log_dirs:
@@ -103,6 +109,7 @@ class LogManager:
                 log = Log(home / name, config, clock=self._clock)
                 self._logs[tp] = log
                 self._home[tp] = home
+            self._configured.add(tp)
             return log
 
     def _least_loaded_dir(self) -> Path:
@@ -133,6 +140,7 @@ class LogManager:
         with self._lock:
             log = self._logs.pop(tp, None)
             self._home.pop(tp, None)
+            self._configured.discard(tp)
         if log is None:
             return False
         log.delete()
@@ -141,8 +149,10 @@ class LogManager:
     # -- periodic work ------------------------------------------------------------------
 
     def retention_pass(self, now_ms: int) -> int:
-        """Apply retention to every open log; segments deleted."""
-        return sum(log.delete_retention(now_ms) for log in self._open_logs())
+        """Apply retention to every open, configured log; segments deleted."""
+        with self._lock:
+            logs = [lg for tp, lg in self._logs.items() if tp in self._configured]
+        return sum(lg.delete_retention(now_ms) for lg in logs if not lg.closed)
 
     def flush_pass(self, now_ms: int) -> int:
         """Apply the flush policy to every open log; logs whose active segment was fsynced."""
