@@ -257,10 +257,10 @@ class AsyncProducer:
     # ------------------------------------------------------------ partitions
 
     def _on_batch_sealed(self, topic: str, partition: int) -> None:
-        if self._sticky is not None:
-            tps = self._tps.get(topic)
-            if tps:
-                self._sticky.on_batch_sealed(topic, partition, len(tps))
+        if self._sticky is not None and self._metadata is not None:
+            n = self._metadata.view.partition_count(topic)
+            if n:
+                self._sticky.on_batch_sealed(topic, partition, n)
 
     async def _partitions(self, topic: str) -> list[TopicPartition]:
         tps = self._tps.get(topic)

@@ -1,0 +1,198 @@
+"""``headwater bench produce|consume``: throughput and latency, like Kafka's perf-test tools.
+
+produce ``--mode many`` hands the producer ``--chunk`` records per ``send_many`` call (the
+bulk API; latency is measured per call: from the call to the acknowledgement of its last
+batch). ``--mode send`` calls ``send()`` per record; latency is sampled on every 64th record.
+The payloads are a pool of random uppercase records reused across the run (generated before
+the clock starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import string
+import time
+
+import numpy as np
+
+from headwater.cli import common
+from headwater.client.admin import AsyncAdminClient
+from headwater.client.consumer import AsyncConsumer
+from headwater.client.producer import AsyncProducer
+from headwater.client.types import TopicPartition
+from headwater.errors import TopicAlreadyExistsError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="measure produce or consume throughput")
+    bsub = p.add_subparsers(dest="bench_cmd", required=True)
+
+    pp = bsub.add_parser("produce", help="producer throughput and ack latency")
+    pp.add_argument("--topic", required=True)
+    pp.add_argument("--num-records", type=int, default=1_000_000)
+    pp.add_argument("--record-size", type=int, default=100)
+    pp.add_argument("--batch-size", type=int, default=1024 * 1024)
+    pp.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
+    pp.add_argument("--compression", default="none", choices=["none", "gzip", "lz4", "zstd"])
+    pp.add_argument("--linger-ms", type=float, default=5)
+    pp.add_argument("--max-in-flight", type=int, default=5)
+    pp.add_argument("--buffer-memory", type=int, default=64 * 1024 * 1024)
+    pp.add_argument("--mode", choices=["many", "send"], default="many")
+    pp.add_argument("--chunk", type=int, default=10_000, help="records per send_many call")
+    pp.add_argument("--partitions", type=int, default=1, help="if the topic must be created")
+    pp.set_defaults(run=produce)
+
+    pc = bsub.add_parser("consume", help="consumer throughput (records decoded)")
+    pc.add_argument("--topic", required=True)
+    pc.add_argument("--num-records", type=int, default=1_000_000)
+    pc.add_argument("--decode", choices=["values", "arrow", "none"], default="values")
+    pc.add_argument("--fetch-bytes", type=int, default=4 * 1024 * 1024)
+    pc.add_argument("--timeout-ms", type=int, default=10_000)
+    pc.set_defaults(run=consume)
+
+
+def _payloads(size: int, n: int = 1000) -> list[bytes]:
+    rng = random.Random(42)
+    letters = string.ascii_uppercase.encode()
+    return [bytes(rng.choices(letters, k=size)) for _ in range(n)]
+
+
+def _report(args: argparse.Namespace, result: dict[str, float | int]) -> None:
+    if args.output == "json":
+        common.print_json(result)
+        return
+    line = (
+        f"{result['records']} records, {result['records_per_sec']:,.1f} records/sec "
+        f"({result['mb_per_sec']:.2f} MB/sec)"
+    )
+    if "latency_p50_ms" in result:
+        line += (
+            f", {result['latency_avg_ms']:.1f} ms avg latency, "
+            f"{result['latency_max_ms']:.1f} ms max latency, "
+            f"{result['latency_p50_ms']:.0f} ms 50th, {result['latency_p99_ms']:.0f} ms 99th, "
+            f"{result['latency_p999_ms']:.0f} ms 99.9th."
+        )
+    print(line)
+
+
+async def _ensure_topic(args: argparse.Namespace) -> None:
+    async with AsyncAdminClient(common.bootstrap(args), controller=common.controller(args)) as a:
+        with contextlib.suppress(TopicAlreadyExistsError):
+            await a.create_topic(args.topic, args.partitions)
+
+
+async def produce(args: argparse.Namespace) -> int:
+    await _ensure_topic(args)
+    n, size = args.num_records, args.record_size
+    pool = _payloads(size)
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    def stamp(t0: float) -> object:
+        return lambda _f: latencies.append(loop.time() - t0)
+
+    async with AsyncProducer(
+        common.bootstrap(args),
+        acks=args.acks,
+        batch_size=args.batch_size,
+        linger_ms=args.linger_ms,
+        compression_type=args.compression,
+        max_in_flight=args.max_in_flight,
+        buffer_memory=max(args.buffer_memory, args.batch_size),
+        client_id="headwater-bench",
+    ) as p:
+        await p.send_many(args.topic, pool[:10])  # warm up metadata and connections
+        await p.flush()
+        futures: list[asyncio.Future[object]] = []
+        start = loop.time()
+        if args.mode == "many":
+            chunk = (pool * (args.chunk // len(pool) + 1))[: args.chunk]
+            sent = 0
+            while sent < n:
+                part = chunk if n - sent >= len(chunk) else chunk[: n - sent]
+                t0 = loop.time()
+                fut = await p.send_many(args.topic, part)
+                fut.add_done_callback(stamp(t0))  # type: ignore[arg-type]
+                futures.append(fut)  # type: ignore[arg-type]
+                sent += len(part)
+        else:
+            send = p.send
+            topic = args.topic
+            npool = len(pool)
+            for i in range(n):
+                fut2 = await send(topic, pool[i % npool])
+                if i % 64 == 0:
+                    fut2.add_done_callback(stamp(loop.time()))  # type: ignore[arg-type]
+                    futures.append(fut2)  # type: ignore[arg-type]
+        await p.flush()
+        elapsed = loop.time() - start
+        for f in futures:
+            f.result()
+    lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
+    _report(
+        args,
+        {
+            "records": n,
+            "seconds": round(elapsed, 3),
+            "records_per_sec": n / elapsed,
+            "mb_per_sec": n * size / elapsed / 1e6,
+            "latency_avg_ms": float(lat.mean()),
+            "latency_max_ms": float(lat.max()),
+            "latency_p50_ms": float(np.percentile(lat, 50)),
+            "latency_p99_ms": float(np.percentile(lat, 99)),
+            "latency_p999_ms": float(np.percentile(lat, 99.9)),
+        },
+    )
+    return 0
+
+
+async def consume(args: argparse.Namespace) -> int:
+    from headwater.client.consumer import FetchedBatch  # noqa: F401  (documented type)
+    from headwater.client.metadata import Metadata
+
+    boot = common.bootstrap(args)
+    c = AsyncConsumer(
+        boot,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=args.fetch_bytes,
+        max_buffer_bytes=4 * args.fetch_bytes,
+        client_id="headwater-bench",
+    )
+    try:
+        c._ensure_started()
+        md: Metadata | None = c._metadata
+        assert md is not None
+        info = await md.wait_for_topic(args.topic, 10.0)
+        c.assign([TopicPartition(args.topic, p) for p in sorted(info.partitions)])
+        await c.seek_to_beginning()
+        count = nbytes = 0
+        start = time.perf_counter()
+        while count < args.num_records:
+            batches = await c.poll_batches(timeout_ms=args.timeout_ms)
+            if not batches:
+                break
+            for fb in batches:
+                if args.decode == "values":
+                    vals = fb.values()
+                    count += len(vals)
+                elif args.decode == "arrow":
+                    count += fb.to_arrow().num_rows
+                else:
+                    count += len(fb)
+                nbytes += fb.batch.header.total_size
+        elapsed = time.perf_counter() - start
+    finally:
+        await c.close()
+    _report(
+        args,
+        {
+            "records": count,
+            "seconds": round(elapsed, 3),
+            "records_per_sec": count / elapsed if elapsed else 0.0,
+            "mb_per_sec": nbytes / elapsed / 1e6 if elapsed else 0.0,
+        },
+    )
+    return 0 if count >= args.num_records else 1
