@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from headwater import etcd as hetcd
 
 
-def run(coro):  # type: ignore[no-untyped-def]
+def run(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, 30))
 
 
@@ -25,8 +27,10 @@ def test_get_put_delete_and_meta(etcd: str) -> None:
             assert meta.create_revision == rev1 == meta.mod_revision
             assert meta.version == 1
             rev2 = await c.put("/test/a", b"two")
-            value, meta = (await c.get("/test/a")) or (b"", None)
-            assert value == b"two" and meta is not None
+            got = await c.get("/test/a")
+            assert got is not None
+            value, meta = got
+            assert value == b"two"
             assert meta.create_revision == rev1 and meta.mod_revision == rev2 > rev1
             assert meta.version == 2
             await c.put("/test/b/1", "x")
@@ -123,7 +127,7 @@ async def _absent(c: hetcd.Etcd, key: str) -> bool:
     return await c.get(key) is None
 
 
-async def _wait(pred, timeout: float) -> None:  # type: ignore[no-untyped-def]
+async def _wait(pred: Callable[[], Awaitable[bool]], timeout: float) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not await pred():

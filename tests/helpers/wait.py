@@ -10,7 +10,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], *, timeout: float, what: str, interval: float = 0.05) -> T:
+def wait_for(
+    predicate: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.05
+) -> T:
     """Poll until ``predicate()`` is truthy and return it; AssertionError after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -23,7 +25,11 @@ def wait_for(predicate: Callable[[], T], *, timeout: float, what: str, interval:
 
 
 async def async_wait_for(
-    predicate: Callable[[], Awaitable[T]], *, timeout: float, what: str, interval: float = 0.05
+    predicate: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
 ) -> T:
     """Async twin of :func:`wait_for`; exceptions from ``predicate`` are retried until the
     deadline, then re-raised."""
