@@ -1,0 +1,115 @@
+"""``headwater dev``: run a whole local cluster until Ctrl-C or SIGTERM.
+
+Prints, each on a line of its own and flushed::
+
+    bootstrap: 127.0.0.1:PORT
+    metrics: controller-1 http://127.0.0.1:PORT/metrics
+    metrics: broker-1 http://127.0.0.1:PORT/metrics
+    logs: /abs/path/data/logs
+
+then waits. Ctrl-C (SIGINT) or SIGTERM stops every child by PID (brokers, controllers, etcd)
+and exits 0. Data stays in ``--data-dir`` so the next run continues where this one stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from headwater.dev.cluster import LocalCluster
+from headwater.dev.procs import StartupError
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="headwater dev",
+        description="Start etcd, controller(s) and broker(s) as child processes on 127.0.0.1.",
+    )
+    ap.add_argument("--data-dir", type=Path, default=Path("./data"), help="default ./data")
+    ap.add_argument("--brokers", type=int, default=1)
+    ap.add_argument("--controllers", type=int, default=1)
+    ap.add_argument("--log-dirs-per-broker", type=int, default=1)
+    ap.add_argument("--racks", default="", help="comma-separated rack per broker (optional)")
+    ap.add_argument("--startup-timeout", type=float, default=90.0, help="seconds")
+    a = ap.parse_args(argv)
+    for name in ("brokers", "controllers", "log_dirs_per_broker"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    return a
+
+
+def run_dev(
+    data_dir: Path,
+    *,
+    brokers: int = 1,
+    controllers: int = 1,
+    log_dirs_per_broker: int = 1,
+    racks: list[str] | None = None,
+    startup_timeout: float = 90.0,
+    stop: threading.Event | None = None,
+) -> int:
+    """Start the cluster, print its addresses, wait for ``stop`` (or a signal), stop it."""
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    cluster = LocalCluster(
+        data_dir,
+        brokers=brokers,
+        controllers=controllers,
+        log_dirs_per_broker=log_dirs_per_broker,
+        racks=racks,
+        startup_timeout=startup_timeout,
+    )
+    try:
+        try:
+            cluster.start()
+        except StartupError as exc:
+            print(f"headwater dev: cluster did not start: {exc}", file=sys.stderr, flush=True)
+            return 1
+        print(f"bootstrap: {cluster.bootstrap}", flush=True)
+        for name, url in cluster.metrics_urls().items():
+            print(f"metrics: {name} {url}", flush=True)
+        print(f"controllers: {','.join(cluster.controller_addresses)}", flush=True)
+        print(f"logs: {cluster.logs_dir}", flush=True)
+        print("press Ctrl-C to stop", file=sys.stderr, flush=True)
+        while not stop.wait(0.5):
+            dead = [p.name for p in [*cluster.controllers.values(), *cluster.brokers.values()]
+                    if not p.alive()]  # fmt: skip
+            if dead or not (cluster.etcd.child and cluster.etcd.child.alive()):
+                print(
+                    f"headwater dev: process exited: {', '.join(dead) or 'etcd'};"
+                    f" see {cluster.logs_dir}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+        return 0
+    finally:
+        cluster.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("headwater dev: stopped", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    racks = [r.strip() for r in a.racks.split(",") if r.strip()] or None
+    return run_dev(
+        a.data_dir,
+        brokers=a.brokers,
+        controllers=a.controllers,
+        log_dirs_per_broker=a.log_dirs_per_broker,
+        racks=racks,
+        startup_timeout=a.startup_timeout,
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
