@@ -57,3 +57,20 @@ def test_read_cost_with_many_segments(open_log, tmp_path, monkeypatch):
     for offset in (0, 12_345, log.log_end_offset - 1):
         calls, nbytes = _cost(log, offset, monkeypatch)
         assert calls <= 3 and nbytes <= 2 * segment.SCAN_CHUNK + 4096
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_sealed_segments_hold_one_descriptor_each(open_log, tmp_path):
+    before = _open_fds()
+    log = open_log(tmp_path / "fds-0", segment_bytes=2048)
+    _fill(log, 200)
+    assert log.num_segments > 50
+    # one log fd per segment, plus the active segment's two index fds
+    assert _open_fds() - before == log.num_segments + 2
+    log.close()
+    assert _open_fds() == before
+    reopened = open_log(tmp_path / "fds-0", segment_bytes=2048)
+    assert _open_fds() - before == reopened.num_segments + 2

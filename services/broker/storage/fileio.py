@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 
@@ -53,3 +54,48 @@ def pread_into(fd: int, buf: bytearray, size: int, position: int) -> int:
             break
         got += n
     return got
+
+
+class LazyFile:
+    """A file opened (``O_RDWR | O_CREAT | O_APPEND``) when first needed, closable in between.
+
+    Index files of sealed segments are only read once (at load) and written again only by a
+    truncation, so their segment releases the descriptor: a partition with thousands of
+    segments holds one descriptor per segment (its log file), not three.
+    """
+
+    __slots__ = ("_closed", "_fd", "path")
+
+    def __init__(self, path: os.PathLike[str] | str) -> None:
+        self.path = path
+        self._closed = False
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    @property
+    def fd(self) -> int:
+        if self._closed:
+            raise OSError(errno.EBADF, f"{self.path} is closed")
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    def fsync(self) -> None:
+        if self._fd >= 0 or self._closed:
+            os.fsync(self.fd)  # raises EBADF when closed for good
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        """Close the descriptor; the next use reopens the file."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def close(self) -> None:
+        """Close for good: later uses raise ``OSError(EBADF)`` instead of reopening."""
+        self.release()
+        self._closed = True

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from services.broker.storage.fileio import write_all
+from services.broker.storage import fileio
 
 ENTRY = struct.Struct("<II")
 ENTRY_SIZE = ENTRY.size  # 8
@@ -61,7 +61,7 @@ class OffsetIndex:
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // ENTRY_SIZE)
         self._cols: tuple[array[int], array[int]] = (array("I"), array("I"))
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._file = fileio.LazyFile(path)
 
     # -- loading ------------------------------------------------------------------------
 
@@ -72,11 +72,11 @@ class OffsetIndex:
         a position at or beyond ``log_size``, or a first entry at position 0 (which the
         writer never produces). The caller rebuilds a damaged index from the log.
         """
-        st = os.fstat(self._fd)
+        st = os.fstat(self._file.fd)
         if st.st_size % ENTRY_SIZE:
             self._cols = (array("I"), array("I"))
             return False
-        data = os.pread(self._fd, st.st_size, 0) if st.st_size else b""
+        data = os.pread(self._file.fd, st.st_size, 0) if st.st_size else b""
         table = np.frombuffer(data, dtype="<u4").reshape(-1, 2).astype(np.int64)
         ok = bool(np.all(np.diff(table, axis=0) > 0))
         if ok and len(table) and (table[0, 1] == 0 or int(table[-1, 1]) >= log_size):
@@ -111,7 +111,7 @@ class OffsetIndex:
             pos.append(position)
             out += ENTRY.pack(r, position)
             last_rel, last_pos = r, position
-        write_all(self._fd, out)
+        fileio.write_all(self._file.fd, out)
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries whose offset is >= ``offset`` (memory and file)."""
@@ -122,12 +122,12 @@ class OffsetIndex:
         """Keep the first ``n`` entries (a new column tuple: readers keep theirs)."""
         rel, pos = self._cols
         self._cols = (rel[:n], pos[:n])
-        os.ftruncate(self._fd, n * ENTRY_SIZE)
+        os.ftruncate(self._file.fd, n * ENTRY_SIZE)
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
         """Replace everything with ``entries`` (used after a rebuild scan)."""
         self._cols = (array("I"), array("I"))
-        os.ftruncate(self._fd, 0)
+        os.ftruncate(self._file.fd, 0)
         self.append_many(entries)
 
     # -- reader side --------------------------------------------------------------------
@@ -159,12 +159,14 @@ class OffsetIndex:
     # -- lifecycle ----------------------------------------------------------------------
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        self._file.fsync()
+
+    def release(self) -> None:
+        """Close the descriptor until the next write (sealed segments)."""
+        self._file.release()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
 
     def delete(self) -> None:
         """Close and unlink; the in-memory entries stay usable by readers holding them."""

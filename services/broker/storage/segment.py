@@ -192,8 +192,11 @@ class LogSegment:
         return self.offset_index.is_full or self.time_index.is_full
 
     def seal(self) -> None:
-        """The segment stops being active: record its largest timestamp in the time index."""
+        """The segment stops being active: record its largest timestamp in the time index
+        and release the index descriptors (reopened only if a truncation writes again)."""
         self.time_index.maybe_append_many([(self.max_timestamp, self.offset_of_max_timestamp)])
+        self.offset_index.release()
+        self.time_index.release()
 
     # -- loading and recovery -----------------------------------------------------------
 
@@ -224,6 +227,8 @@ class LogSegment:
                 self.next_offset = next_segment_base
                 ts, off = self.time_index.last_entry()
                 self.max_timestamp, self.offset_of_max_timestamp = ts, off
+                self.offset_index.release()
+                self.time_index.release()
             else:
                 if not self._scan_tail(reader, last_off, last_pos):
                     return False

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from services.broker.storage.fileio import write_all
+from services.broker.storage import fileio
 from services.broker.storage.offset_index import MAX_U32
 
 ENTRY = struct.Struct("<qI")
@@ -49,7 +49,7 @@ class TimeIndex:
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // ENTRY_SIZE)
         self._cols: tuple[array[int], array[int]] = (array("q"), array("I"))
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._file = fileio.LazyFile(path)
 
     def load(self, max_offset: int | None) -> bool:
         """Read the file into memory; False (and empty) when it is damaged.
@@ -57,11 +57,11 @@ class TimeIndex:
         Damaged: size not a multiple of 12, timestamps not strictly increasing, offsets
         decreasing, or an offset above ``max_offset`` (the segment's last offset, when known).
         """
-        size = os.fstat(self._fd).st_size
+        size = os.fstat(self._file.fd).st_size
         self._cols = (array("q"), array("I"))
         if size % ENTRY_SIZE:
             return False
-        table = np.frombuffer(os.pread(self._fd, size, 0) if size else b"", dtype=_DTYPE)
+        table = np.frombuffer(os.pread(self._file.fd, size, 0) if size else b"", dtype=_DTYPE)
         ts = table["ts"].astype(np.int64)
         rel = table["rel"].astype(np.int64)
         ok = bool(np.all(np.diff(ts) > 0) and np.all(np.diff(rel) >= 0))
@@ -93,7 +93,7 @@ class TimeIndex:
             out += ENTRY.pack(ts, r)
             last_ts, last_rel = ts, r
         if out:
-            write_all(self._fd, out)
+            fileio.write_all(self._file.fd, out)
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries whose offset is >= ``offset`` (memory and file)."""
@@ -106,11 +106,11 @@ class TimeIndex:
         """Keep the first ``n`` entries (a new column tuple: readers keep theirs)."""
         ts_col, rel_col = self._cols
         self._cols = (ts_col[:n], rel_col[:n])
-        os.ftruncate(self._fd, n * ENTRY_SIZE)
+        os.ftruncate(self._file.fd, n * ENTRY_SIZE)
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
         self._cols = (array("q"), array("I"))
-        os.ftruncate(self._fd, 0)
+        os.ftruncate(self._file.fd, 0)
         self.maybe_append_many(entries)
 
     # -- reader side --------------------------------------------------------------------
@@ -149,12 +149,14 @@ class TimeIndex:
     # -- lifecycle ----------------------------------------------------------------------
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        self._file.fsync()
+
+    def release(self) -> None:
+        """Close the descriptor until the next write (sealed segments)."""
+        self._file.release()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
 
     def delete(self) -> None:
         self.close()
