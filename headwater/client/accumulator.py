@@ -89,6 +89,7 @@ class ProducerBatch:
         "headers",
         "keys",
         "nbytes",
+        "reserved",
         "retry_at",
         "sealed",
         "timestamps",
@@ -107,7 +108,8 @@ class ProducerBatch:
         self.ts_uniform: int | None = None
         self.timestamps: list[int] | None = None
         self.count = 0
-        self.nbytes = BATCH_OVERHEAD
+        self.nbytes = BATCH_OVERHEAD  # estimated encoded size (drives sealing)
+        self.reserved = 0  # buffer memory held by this batch's records
         self.waiters: list[tuple[int, int, Any]] = []
         self.sealed = False
         self.encoded: bytes | None = None
@@ -156,6 +158,7 @@ class ProducerBatch:
             self.headers.append(())
         self.count = i + 1
         self.nbytes += nbytes
+        self.reserved += nbytes
         self.waiters.append((i, 1, target))
 
     def append_many(
@@ -184,6 +187,7 @@ class ProducerBatch:
             self.headers.extend([()] * n)
         self.count = i + n
         self.nbytes += nbytes
+        self.reserved += nbytes
         self.waiters.append((i, n, target))
 
     def encode(self, compression: Compression) -> bytes:
@@ -434,6 +438,8 @@ class Accumulator:
                 b = dq[0]
                 if b.retry_at > now:
                     break
+                if not (b.sealed or force or now - b.created >= self.linger):
+                    break  # the open tail keeps filling until it is due
                 if not b.sealed:
                     self.seal(b)
                 b.encode(self.compression)
@@ -485,7 +491,7 @@ class Accumulator:
         if batch in self.incomplete:
             self.incomplete.discard(batch)
             batch.waiters = []
-            self.release(batch.nbytes)
+            self.release(batch.reserved)
             if not batch.done.done():
                 batch.done.set_result(None)
 
