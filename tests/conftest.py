@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from headwater.dev.cluster import LocalCluster
 from headwater.dev.etcd_server import EtcdServer
 
 
@@ -52,10 +53,9 @@ def etcd(etcd_server: EtcdServer) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A module-scoped local cluster: etcd, one controller, one broker (real processes)."""
-    from headwater.dev.cluster import LocalCluster
-
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A module-scoped local cluster: etcd, one controller, one broker (real processes).
+    ``cluster.bootstrap`` is the broker's "127.0.0.1:PORT"."""
     data_dir: Path = tmp_path_factory.mktemp("cluster")
     with LocalCluster(data_dir, brokers=1, controllers=1, etcd_unsafe_no_fsync=True) as c:
         yield c
