@@ -8,14 +8,16 @@ the ones above it in this list:
 * ``time_index``    ``<base>.timeindex``: sparse timestamp -> offset (12-byte entries)
 * ``segment``       ``LogSegment``: one ``<base>.log`` + its indexes; append, read, recovery
 * ``checkpoint``    ``partition.checkpoint`` and the clean-shutdown marker
+* ``results``       ``AppendInfo``, ``FetchSlice``, the read ``Snapshot``
 * ``log``           ``Log``: one partition directory; offsets, roll, retention, flush
 * ``log_manager``   ``LogManager``: every partition in every log directory
 
 The on-disk format and the behaviour are described in ``docs/storage.md``.
 """
 
-from services.broker.storage.log import AppendInfo, FetchSlice, Log
+from services.broker.storage.log import Log
 from services.broker.storage.log_manager import LogManager
+from services.broker.storage.results import AppendInfo, FetchSlice
 from services.broker.storage.segment import TimestampMatch
 
 __all__ = ["AppendInfo", "FetchSlice", "Log", "LogManager", "TimestampMatch"]

@@ -18,7 +18,7 @@ Concurrency contract:
   are serialised by an internal lock; the broker still has one owner per partition so that
   appends keep their order. They may block on disk I/O: call them off the event loop.
 * ``read`` and ``offset_for_timestamp`` take no lock and may run in any number of threads at
-  once. Each call captures the immutable :class:`_Snapshot` once (segments tuple, their end
+  once. Each call captures the immutable :class:`Snapshot` once (segments tuple, their end
   positions, log start and end offsets) and never reads past it, so it sees a consistent
   prefix of the log. A segment removed by retention stays readable through the snapshots
   that hold it: its files are unlinked, but its log file descriptor is closed only when the
@@ -34,63 +34,23 @@ import bisect
 import shutil
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from headwater.batch.codec import now_ms, patch_header, set_log_append_time
-from headwater.batch.layout import HEADER_SIZE, BatchHeader, parse_header
+from headwater.batch.layout import HEADER_SIZE, BatchHeader
 from headwater.config import TopicConfig
 from headwater.errors import (
-    HeadwaterError,
     InvalidRequestError,
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
 from services.broker.storage import checkpoint
+from services.broker.storage.results import AppendInfo, FetchSlice, Snapshot, read_batches
 from services.broker.storage.segment import BatchMeta, LogSegment, TimestampMatch
 
 Clock = Callable[[], int]
 Buffer = bytes | bytearray | memoryview
-
-
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
-    """Result of :meth:`Log.append`: the offsets assigned and what was stamped."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    #: The broker's timestamp when the topic uses LogAppendTime, else -1.
-    log_append_time: int
-    log_start_offset: int
-    record_count: int
-    size_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchSlice:
-    """Whole batches read from the log: ``data`` holds batches ``[first_offset, next_offset)``.
-
-    ``first_offset`` is the base offset of the first batch (it may be below the offset asked
-    for: a batch is never split); empty ``data`` has ``first_offset == next_offset``.
-    """
-
-    data: bytes
-    first_offset: int
-    next_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    segments: tuple[LogSegment, ...]
-    bases: tuple[int, ...]
-    #: Byte size of each segment except the last (sealed segments do not grow).
-    sealed_ends: tuple[int, ...]
-    active_end: int
-    log_start_offset: int
-    log_end_offset: int
 
 
 class Log:
@@ -113,7 +73,7 @@ class Log:
         self._closed = False
         #: Bytes cut off by recovery when this log was opened (0 after a clean shutdown).
         self.recovered_bytes_truncated = 0
-        self._snap: _Snapshot
+        self._snap: Snapshot
         self._load()
 
     # -- loading ------------------------------------------------------------------------
@@ -182,7 +142,7 @@ class Log:
         else:
             old = self._snap
             seg_tuple, bases, ends = old.segments, old.bases, old.sealed_ends
-        self._snap = _Snapshot(seg_tuple, bases, ends, segs[-1].size, self._log_start, self._leo)
+        self._snap = Snapshot(seg_tuple, bases, ends, segs[-1].size, self._log_start, self._leo)
 
     # -- appending ----------------------------------------------------------------------
 
@@ -318,7 +278,7 @@ class Log:
             pos, h = found
             if h.base_offset >= limit:
                 break
-            return _read_batches(seg, pos, h, end, max_bytes, limit)
+            return read_batches(seg, pos, h, end, max_bytes, limit)
         return FetchSlice(b"", offset, offset)
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampMatch | None:
@@ -531,24 +491,3 @@ class Log:
     def __repr__(self) -> str:
         s = self._snap
         return f"Log({self.dir.name}, start={s.log_start_offset}, end={s.log_end_offset})"
-
-
-def _read_batches(
-    seg: LogSegment, pos: int, first: BatchHeader, end: int, max_bytes: int, limit: int
-) -> FetchSlice:
-    """Read whole batches at ``pos`` (the first one always, then while within max_bytes)."""
-    want = min(max(max_bytes, first.total_size), end - pos)
-    data = seg.read(pos, want)
-    p, nxt = 0, first.base_offset
-    while p + HEADER_SIZE <= len(data):
-        try:
-            h = parse_header(data, p)
-        except HeadwaterError:  # any header or CRC check
-            break
-        if p + h.total_size > len(data) or h.base_offset >= limit:
-            break
-        p += h.total_size
-        nxt = h.next_offset
-    if p < len(data):
-        data = data[:p]
-    return FetchSlice(data, first.base_offset, nxt)
