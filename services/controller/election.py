@@ -25,6 +25,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from headwater import etcd as hetcd
 from services.controller.state import EPOCH_KEY, LEADER_KEY
@@ -134,22 +135,28 @@ class Election:
         self.active_epoch = me.epoch
         self.leader = me
         self._on_elected(me.epoch)
-        watch = await self._etcd.watch_prefix(LEADER_KEY, start_revision=revision + 1)
-        lost = asyncio.create_task(lease.lost.wait(), name="election-lease-lost")
-        changed = asyncio.create_task(self._leader_changed(watch), name="election-leader-watch")
+        tasks: list[asyncio.Task[Any]] = [
+            asyncio.create_task(lease.lost.wait(), name="election-lease-lost")
+        ]
+        watch: hetcd.Watch | None = None
         try:
-            done, _ = await asyncio.wait({lost, changed}, return_when=asyncio.FIRST_COMPLETED)
+            watch = await self._etcd.watch_prefix(LEADER_KEY, start_revision=revision + 1)
+            tasks.append(
+                asyncio.create_task(self._leader_changed(watch), name="election-leader-watch")
+            )
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if not task.cancelled() and task.exception() is not None:
                     log.warning("election: leader watch failed: %s", task.exception())
         finally:
-            for task in (lost, changed):
+            for task in tasks:
                 task.cancel()
-            await watch.cancel()
+            if watch is not None:
+                await watch.cancel()
             log.warning("controller %d stepping down (epoch %d)", self.controller_id, me.epoch)
             self._resign()
-            # a lease that is still alive carries nothing now; drop it so the next round
-            # starts clean (a changed leader key means someone else holds leadership)
+            # whatever ended the term, give the leader key up now (revoking deletes it) so
+            # the next round starts clean; an already lost lease makes this a no-op
             await lease.revoke()
             self._lease = None
 

@@ -175,7 +175,7 @@ class ControllerLoop:
         elif isinstance(event, BrokerGone):
             await self._broker_gone(event.broker_id)
         elif isinstance(event, BrokersResync | Resync):
-            await self._load_and_push(self.epoch)  # type: ignore[arg-type]
+            await self._load_and_watch()
 
     # ---- activation
 
@@ -183,9 +183,16 @@ class ControllerLoop:
         self.epoch = epoch
         ACTIVE.set(1)
         EPOCH.set(epoch)
-        revision = await self._load_and_push(epoch)
-        self._watcher = asyncio.create_task(self._watch_brokers(revision), name="broker-watch")
-        self._watcher.add_done_callback(_log_task_end)
+        await self._load_and_watch()
+
+    async def _load_and_watch(self) -> None:
+        """(Re)load state from etcd, push it to brokers, and make sure the broker watch runs
+        (it is started after the first successful load, or again if it ended)."""
+        assert self.epoch is not None
+        revision = await self._load_and_push(self.epoch)
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch_brokers(revision), name="broker-watch")
+            self._watcher.add_done_callback(_log_task_end)
 
     async def _load_and_push(self, epoch: int) -> int:
         state, revision = await st.load(self.etcd)
