@@ -75,9 +75,10 @@ def test_seek_positions_and_timestamps(cluster: Any) -> None:
             await c.seek_to_beginning()
             assert (await poll_until(c, 1))[0] == b"0-0"
             found = await c.offsets_for_times({tp: 2500, TopicPartition(topic, 0): 2500})
-            assert found[tp] is not None and found[tp].offset == 20
+            hit = found[tp]
+            assert hit is not None and hit.offset == 20
             assert (await c.offsets_for_times({tp: 10**13}))[tp] is None
-            c.seek(tp, found[tp].offset)
+            c.seek(tp, hit.offset)
             assert await poll_until(c, 2) == [b"2-0", b"2-1"]
             batches = await c.poll_batches(timeout_ms=2000)
             assert batches[0].offsets().tolist()[0] == 22

@@ -79,12 +79,13 @@ def test_round_trip_every_codec_keys_partitions_order(cluster: Any, codec: str) 
             offsets = [r.offset for r in rs]
             assert offsets == list(range(len(rs))), f"partition {part} not dense/in order"
             # send() records precede the bulk group and keep their per-partition order
-            singles = [int(r.value.split(b"-")[1]) for r in rs if r.value.startswith(b"value-")]
-            bulk = [int(r.value.split(b"-")[1]) for r in rs if r.value.startswith(b"bulk-")]
+            vals = [r.value or b"" for r in rs]
+            singles = [int(v.split(b"-")[1]) for v in vals if v.startswith(b"value-")]
+            bulk = [int(v.split(b"-")[1]) for v in vals if v.startswith(b"bulk-")]
             assert singles == sorted(singles) and bulk == sorted(bulk)
         single_by_offset = {(m.partition, m.offset): i for i, m in enumerate(metas)}
         for r in records:
-            if r.value.startswith(b"value-"):
+            if (r.value or b"").startswith(b"value-"):
                 i = single_by_offset[(r.partition, r.offset)]
                 assert r.value == b"value-%d" % i and r.headers == (("i", b"%d" % i),)
 
