@@ -26,6 +26,7 @@ from typing import Any
 from headwater.batch import now_ms
 from headwater.config import resolve_topic_config
 from headwater.errors import (
+    BrokerNotAvailableError,
     HeadwaterError,
     NotLeaderOrFollowerError,
     StaleBrokerEpochError,
@@ -82,7 +83,14 @@ class ReplicaManager:
     # ------------------------------------------------------------------ fencing
 
     def _check_fence(self, controller_epoch: int, broker_epoch: int) -> None:
-        if self.broker_epoch is None or broker_epoch != self.broker_epoch:
+        if self.broker_epoch is None or broker_epoch > self.broker_epoch:
+            # The controller saw our registration in etcd before our own put returned (or
+            # before a re-registration finished): not stale, just early. Retriable.
+            raise BrokerNotAvailableError(
+                f"broker is still registering (request for epoch {broker_epoch}, "
+                f"known epoch {self.broker_epoch})"
+            )
+        if broker_epoch != self.broker_epoch:
             raise StaleBrokerEpochError(
                 f"request for broker epoch {broker_epoch}, this broker's epoch is "
                 f"{self.broker_epoch}"

@@ -100,8 +100,20 @@ class BrokerLink:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
-            self.delivered += 1
             code = getattr(response, "error_code", 0)
+            if code and errors.error_class(code).retriable:
+                # e.g. BROKER_NOT_AVAILABLE: the broker has not finished registering yet
+                log.info(
+                    "broker %d answered %s with retriable %s; retry in %.2fs",
+                    bid,
+                    type(request).__name__,
+                    code,
+                    backoff,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            self.delivered += 1
             if code:
                 log.warning("broker %d answered %s with %s", bid, type(request).__name__, code)
             for perr in getattr(response, "partitions", ()):

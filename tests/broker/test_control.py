@@ -59,6 +59,24 @@ def test_stale_broker_epoch_is_rejected(controller: ActingController) -> None:
     )
 
 
+def test_request_for_a_newer_broker_epoch_is_retriable(controller: ActingController) -> None:
+    """The controller can see a registration before the broker's own put returns: a request
+    for an epoch newer than the broker knows is answered with a retriable code, not STALE."""
+    me = controller.broker.broker_id
+    newer = controller.broker.epoch() + 1
+    st = [_state(me, leader=me, epoch=0, replicas=[me], isr=[me])]
+    resp = controller.leader_and_isr("early-b", st, broker_epoch=newer)
+    assert resp.error_code == ErrorCode.BROKER_NOT_AVAILABLE and not resp.partitions
+    assert (
+        controller.update_metadata(broker_epoch=newer).error_code
+        == ErrorCode.BROKER_NOT_AVAILABLE
+    )
+    assert (
+        list_offset(controller, "early-b", 0, -1).error_code
+        == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    )
+
+
 def test_stale_controller_epoch_is_rejected(controller: ActingController) -> None:
     me = controller.broker.broker_id
     controller.controller_epoch += 5  # a newer controller takes over
