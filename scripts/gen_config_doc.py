@@ -32,11 +32,13 @@ from headwater.config import TOPIC_KEYS  # noqa: E402
 
 DOC = ROOT / "docs" / "configuration.md"
 
-#: (title, module run with ``python -m``) of every service whose flags are documented.
+#: (title, module run with ``python -m``, extra arguments before ``--help``, command shown)
+#: of every process whose flags are documented; a module not in this checkout is skipped.
 SERVICES = [
-    ("Broker", "services.broker"),
-    ("Controller", "services.controller"),
-    ("Coordinator", "services.coordinator"),
+    ("Local cluster", "headwater.cli.main", ["dev"], "headwater dev"),
+    ("Broker", "services.broker", [], "python -m services.broker"),
+    ("Controller", "services.controller", [], "python -m services.controller"),
+    ("Coordinator", "services.coordinator", [], "python -m services.coordinator"),
 ]
 
 
@@ -70,17 +72,18 @@ def topic_configs() -> str:
 
 def _has_main(module: str) -> bool:
     """Whether ``python -m module`` exists in this checkout (a service not built yet has none)."""
-    return (ROOT / Path(*module.split(".")) / "__main__.py").is_file()
+    path = ROOT / Path(*module.split("."))
+    return (path / "__main__.py").is_file() or path.with_suffix(".py").is_file()
 
 
 def service_flags() -> str:
     env = dict(os.environ, COLUMNS="100", PYTHONPATH=str(ROOT))
     parts: list[str] = []
-    for title, module in SERVICES:
+    for title, module, extra, shown in SERVICES:
         if not _has_main(module):
             continue
         out = subprocess.run(
-            [sys.executable, "-m", module, "--help"],
+            [sys.executable, "-m", module, *extra, "--help"],
             capture_output=True,
             text=True,
             env=env,
@@ -88,7 +91,7 @@ def service_flags() -> str:
             timeout=60,
             check=True,
         ).stdout
-        parts += [f"### {title}: `python -m {module}`", "", "```text", out.rstrip(), "```", ""]
+        parts += [f"### {title}: `{shown}`", "", "```text", out.rstrip(), "```", ""]
     return "\n".join(parts)
 
 

@@ -38,3 +38,4 @@ def test_service_flags_are_current() -> None:
     assert doc["service-flags"] == generated, STALE
     assert "python -m services.broker" in generated
     assert "--data-dirs" in generated
+    assert "### Local cluster: `headwater dev`" in generated and "--data-dir DATA_DIR" in generated
