@@ -534,7 +534,9 @@ class Watch:
 
     def _on_response(self, response: Any) -> None:
         """Runs on pyetcd's watch thread."""
-        if isinstance(response, BaseException):
+        if response is None or isinstance(response, BaseException):
+            # pyetcd reports the end of the watch stream as an exception, or None when the
+            # stream closed without one (client closing)
             err = EtcdWatchError(f"watch on {self.prefix!r} ended: {response!r}")
             err.__cause__ = response
             items: Iterable[Any] = [err]

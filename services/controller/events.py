@@ -4,11 +4,11 @@ Everything that changes cluster metadata is an event on one ``asyncio.Queue`` co
 task (:meth:`ControllerLoop.run`), one event at a time (Kafka's controller event manager):
 
 * ``BecameActive(epoch)`` / ``Resigned`` — from the election;
-* ``BrokerPut`` / ``BrokerGone`` / ``BrokersResync`` — from the watch on
+* ``BrokerPut`` / ``BrokerGone`` — from the watch on
   ``/headwater/brokers/ids/`` (a task started while active);
 * ``Command`` — an RPC handler's work (``services.controller.topics``) with a future the
   handler awaits; while standby, commands fail with NOT_CONTROLLER;
-* ``Resync`` — reload everything from etcd and push it (after an error).
+* ``Resync`` — reload everything from etcd and push it (after an error or a broken watch).
 
 Partition leadership (this issue: leader = first live replica in the ISR; the full
 replication semantics arrive with the replication issue): when a leader's broker is gone, a
@@ -68,11 +68,6 @@ class BrokerGone:
 
 
 @dataclass(frozen=True)
-class BrokersResync:
-    brokers: dict[int, st.Broker]
-
-
-@dataclass(frozen=True)
 class Resync:
     pass
 
@@ -85,7 +80,7 @@ class Command:
     future: asyncio.Future[Any]
 
 
-Event = BecameActive | Resigned | BrokerPut | BrokerGone | BrokersResync | Resync | Command
+Event = BecameActive | Resigned | BrokerPut | BrokerGone | Resync | Command
 PartitionKey = tuple[str, int]
 
 
@@ -174,7 +169,7 @@ class ControllerLoop:
             await self._broker_put(event.broker)
         elif isinstance(event, BrokerGone):
             await self._broker_gone(event.broker_id)
-        elif isinstance(event, BrokersResync | Resync):
+        elif isinstance(event, Resync):
             await self._load_and_watch()
 
     # ---- activation
@@ -247,7 +242,9 @@ class ControllerLoop:
                         if not bid.isdigit():
                             continue
                         if ev.kind == "put":
-                            self.post(BrokerPut(st.Broker.decode(ev.value, ev.create_revision)))
+                            b = st.decode_broker(ev.key, ev.value, ev.create_revision)
+                            if b is not None:
+                                self.post(BrokerPut(b))
                         else:
                             self.post(BrokerGone(int(bid)))
                 finally:
@@ -260,11 +257,8 @@ class ControllerLoop:
             except hetcd.EtcdError as exc:
                 log.warning("cannot re-read brokers: %s", exc)
                 continue
-            brokers = {}
-            for kv in snap.items:
-                b = st.Broker.decode(kv.value, kv.meta.create_revision)
-                brokers[b.broker_id] = b
-            self.post(BrokersResync(brokers))
+            # events may have been missed: reload everything, then continue from here
+            self.post(Resync())
             revision = snap.revision
 
     # ---- broker membership

@@ -22,10 +22,13 @@ compare its mod revision with the one the writer read (:func:`fenced_write`).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from headwater import etcd as hetcd
+
+log = logging.getLogger(__name__)
 
 ROOT = "/headwater/"
 CLUSTER_ID_KEY = "/headwater/cluster_id"
@@ -183,18 +186,44 @@ async def load(etcd: hetcd.Etcd) -> tuple[ClusterState, int]:
     state.cluster_id = got[0].decode() if got else ""
     brokers = await etcd.get_prefix(BROKERS_PREFIX)
     for kv in brokers.items:
-        b = Broker.decode(kv.value, kv.meta.create_revision)
-        state.brokers[b.broker_id] = b
+        b = decode_broker(kv.key, kv.value, kv.meta.create_revision)
+        if b is not None:
+            state.brokers[b.broker_id] = b
     for kv in (await etcd.get_prefix(TOPICS_PREFIX)).items:
         name = kv.key[len(TOPICS_PREFIX) :]
-        state.topics[name] = Topic.decode(name, kv.value, kv.meta.mod_revision)
+        try:
+            state.topics[name] = Topic.decode(name, kv.value, kv.meta.mod_revision)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.error("ignoring malformed topic %s: %r", kv.key, exc)
     for kv in (await etcd.get_prefix(PARTITIONS_PREFIX)).items:
         topic, _, p = kv.key[len(PARTITIONS_PREFIX) :].rpartition("/")
-        if topic in state.topics and p.isdigit():
+        if topic not in state.topics or not p.isdigit():
+            continue
+        try:
             state.partitions[(topic, int(p))] = PartitionState.decode(
                 kv.value, kv.meta.mod_revision
             )
+        except (ValueError, KeyError, TypeError) as exc:
+            # never guess a leader from a damaged record: the partition stays offline
+            # (leader -1, empty ISR) until an operator repairs or deletes the key
+            log.error("malformed partition state %s (partition offline): %r", kv.key, exc)
+            state.partitions[(topic, int(p))] = PartitionState(
+                -1, 0, (), 0, 0, mod_revision=kv.meta.mod_revision
+            )
     return state, brokers.revision
+
+
+def decode_broker(key: str, raw: bytes, epoch: int) -> Broker | None:
+    """A registration, or None (logged) when the value is malformed or names another id."""
+    try:
+        b = Broker.decode(raw, epoch)
+    except (ValueError, KeyError, TypeError) as exc:
+        log.error("ignoring malformed broker registration %s: %r", key, exc)
+        return None
+    if key != broker_key(b.broker_id):
+        log.error("ignoring broker registration %s naming broker %d", key, b.broker_id)
+        return None
+    return b
 
 
 async def fenced_write(
