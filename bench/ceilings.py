@@ -1,0 +1,140 @@
+"""The machine's raw ceilings, measured in the same run as Headwater's figures.
+
+* page-cache write bandwidth: 1 MiB ``os.write`` calls of one reused buffer into a new file
+  (no fsync), the bytes the broker's append path writes;
+* Python gRPC loopback ceilings between two processes, with opaque 1 MiB messages and no
+  protobuf: a unary call with 8 in flight (the shape of Produce) and a server stream (the
+  shape of Fetch).
+
+    python bench/ceilings.py [--dir DIR]   # prints JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+MIB = 1024 * 1024
+_METHOD_UNARY = "/ceiling.Sink/Put"
+_METHOD_STREAM = "/ceiling.Source/Get"
+
+
+def page_cache_write_mb_s(directory: Path, total_mib: int = 1024, repeats: int = 3) -> float:
+    """Best of ``repeats`` runs writing ``total_mib`` MiB into a new file."""
+    buf = os.urandom(MIB)
+    best = 0.0
+    for i in range(repeats):
+        path = directory / f"pagecache-{i}.bin"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            t0 = time.perf_counter()
+            for _ in range(total_mib):
+                os.write(fd, buf)
+            elapsed = time.perf_counter() - t0
+        finally:
+            os.close(fd)
+            path.unlink()
+        best = max(best, total_mib / elapsed)
+    return best
+
+
+async def _serve(port_file: Path) -> None:
+    payload = os.urandom(MIB)
+
+    async def put(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return b""
+
+    async def get(request: bytes, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+        for _ in range(int(request.decode())):
+            yield payload
+
+    handlers = grpc.method_handlers_generic_handler(
+        "ceiling.Sink", {"Put": grpc.unary_unary_rpc_method_handler(put)}
+    )
+    stream_handlers = grpc.method_handlers_generic_handler(
+        "ceiling.Source", {"Get": grpc.unary_stream_rpc_method_handler(get)}
+    )
+    opts = [
+        ("grpc.max_receive_message_length", 64 * MIB),
+        ("grpc.max_send_message_length", 64 * MIB),
+    ]
+    server = grpc.aio.server(options=opts)
+    server.add_generic_rpc_handlers((handlers, stream_handlers))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    port_file.write_text(str(port))
+    await server.wait_for_termination()
+
+
+async def _client(port: int, total_mib: int) -> dict[str, float]:
+    opts = [
+        ("grpc.max_receive_message_length", 64 * MIB),
+        ("grpc.max_send_message_length", 64 * MIB),
+    ]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=opts) as ch:
+        put = ch.unary_unary(_METHOD_UNARY)
+        get = ch.unary_stream(_METHOD_STREAM)
+        payload = os.urandom(MIB)
+        await put(payload)  # warm up the connection
+        sem = asyncio.Semaphore(8)
+
+        async def one() -> None:
+            async with sem:
+                await put(payload)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(total_mib)))
+        unary = total_mib / (time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        received = 0
+        async for msg in get(str(total_mib).encode()):
+            received += len(msg)
+        stream = received / MIB / (time.perf_counter() - t0)
+    return {"grpc_unary_1mib_8_in_flight_mb_s": unary, "grpc_stream_1mib_mb_s": stream}
+
+
+def grpc_ceilings(total_mib: int = 1024, env: dict[str, str] | None = None) -> dict[str, float]:
+    """Run the server in a child process (as the broker is) and measure from this one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        server = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(port_file)], env=env or os.environ.copy()
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not port_file.exists() or not port_file.read_text():
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("ceiling server did not start")
+                time.sleep(0.05)
+            return asyncio.run(_client(int(port_file.read_text()), total_mib))
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--serve", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(_serve(args.serve))
+        return
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        result = {"page_cache_write_mb_s": page_cache_write_mb_s(Path(tmp))}
+    result.update(grpc_ceilings())
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
