@@ -26,9 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ceilings  # noqa: E402
+import ceilings
 
-from headwater.dev.cluster import LocalCluster  # noqa: E402
+from headwater.dev.cluster import LocalCluster
 
 _LINE = re.compile(
     r"(?P<n>\d+) records, (?P<rps>[\d,.]+) records/sec \((?P<mbs>[\d,.]+) MB/sec\)"
@@ -61,7 +61,8 @@ def machine() -> str:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    return f"{os.cpu_count()} vCPU {cpu}, Linux {platform.release()}, Python {platform.python_version()}"
+    py = platform.python_version()
+    return f"{os.cpu_count()} vCPU {cpu}, Linux {platform.release()}, Python {py}"
 
 
 def run(records_100: int, records_1k: int) -> dict[str, object]:
