@@ -11,7 +11,9 @@ import grpc
 
 from headwater.errors import InvalidConfigError
 from headwater.rpc.server import channel_options
-from headwater.v1 import broker_pb2_grpc, controller_pb2_grpc
+from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2_grpc
+
+_PRODUCE_METHOD = "/headwater.v1.Broker/Produce"
 
 
 def parse_bootstrap(bootstrap: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -41,6 +43,7 @@ class ConnectionPool:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
         self._controllers: dict[str, controller_pb2_grpc.ControllerStub] = {}
+        self._raw_produce: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
 
     def channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
@@ -56,6 +59,19 @@ class ConnectionPool:
             self._brokers[address] = stub
         return stub
 
+    def raw_produce(self, address: str) -> grpc.aio.UnaryUnaryMultiCallable:
+        """Broker.Produce taking already-serialised request bytes
+        (:mod:`headwater.client.produce_wire`) and returning a ProduceResponse."""
+        call = self._raw_produce.get(address)
+        if call is None:
+            call = self.channel(address).unary_unary(
+                _PRODUCE_METHOD,
+                request_serializer=None,
+                response_deserializer=broker_pb2.ProduceResponse.FromString,
+            )
+            self._raw_produce[address] = call
+        return call
+
     def controller(self, address: str) -> controller_pb2_grpc.ControllerStub:
         stub = self._controllers.get(address)
         if stub is None:
@@ -68,5 +84,6 @@ class ConnectionPool:
         self._channels.clear()
         self._brokers.clear()
         self._controllers.clear()
+        self._raw_produce.clear()
         for ch in channels:
             await ch.close()

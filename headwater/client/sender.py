@@ -36,6 +36,7 @@ from collections import OrderedDict
 import grpc
 
 from headwater import errors
+from headwater.client import produce_wire
 from headwater.client.accumulator import Accumulator, ProducerBatch
 from headwater.client.connection import ConnectionPool
 from headwater.client.metadata import Metadata
@@ -146,26 +147,19 @@ class Sender:
         by_tp: OrderedDict[TopicPartition, list[ProducerBatch]] = OrderedDict()
         for b in batches:
             by_tp.setdefault(b.tp, []).append(b)
-        request = broker_pb2.ProduceRequest(
-            acks=self.acks,  # type: ignore[arg-type]
+        request = produce_wire.encode_produce_request(
+            acks=self.acks,
             timeout_ms=self.timeout_ms,
             client_id=self.client_id,
             partitions=[
-                broker_pb2.PartitionRecords(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    records=bs[0].encoded
-                    if len(bs) == 1
-                    else b"".join(b.encoded or b"" for b in bs),
-                )
-                for tp, bs in by_tp.items()
+                (tp.topic, tp.partition, [b.encoded or b"" for b in bs]) for tp, bs in by_tp.items()
             ],
         )
         address = self.metadata.view.address(leader)
         if address is None:
             self._retry_or_fail(batches, errors.BrokerNotAvailableError(f"broker {leader} gone"))
             return
-        call = self.pool.broker(address).Produce(request, timeout=self.timeout_ms / 1000 + 5)
+        call = self.pool.raw_produce(address)(request, timeout=self.timeout_ms / 1000 + 5)
         if self.acks == broker_pb2.ACKS_NONE:
             for b in batches:
                 self.acc.complete(b, -1)

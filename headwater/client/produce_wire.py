@@ -1,0 +1,76 @@
+"""ProduceRequest serialised by hand: the batch bytes are copied once, into the request.
+
+Building a ``broker_pb2.ProduceRequest`` copies every batch into the message and
+``SerializeToString`` copies it again; for 1 MiB batches that was the producer's largest
+cost after gRPC itself (profiled with py-spy). This module writes the same protobuf wire
+bytes directly — one ``b"".join`` — and the sender passes them to gRPC with an identity
+serialiser. The encoding is plain proto3 (field numbers from broker.proto, default values
+omitted) and a test checks it parses back into the message the generated class builds.
+
+Wire layout (broker.proto)::
+
+    ProduceRequest:   1 acks varint | 2 timeout_ms varint | 3 partitions LEN (repeated)
+                      | 4 client_id LEN | 5 transactional_id LEN
+    PartitionRecords: 1 topic LEN | 2 partition varint | 3 records LEN
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_TAG_ACKS = b"\x08"
+_TAG_TIMEOUT = b"\x10"
+_TAG_PARTITIONS = b"\x1a"
+_TAG_CLIENT_ID = b"\x22"
+_TAG_TXN_ID = b"\x2a"
+_TAG_TOPIC = b"\x0a"
+_TAG_PARTITION = b"\x10"
+_TAG_RECORDS = b"\x1a"
+
+
+def varint(value: int) -> bytes:
+    """Protobuf base-128 varint; negative int32/int64 values take 10 bytes (two's complement)."""
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def encode_produce_request(
+    *,
+    acks: int,
+    timeout_ms: int,
+    client_id: str,
+    partitions: Sequence[tuple[str, int, Sequence[bytes]]],
+    transactional_id: str = "",
+) -> bytes:
+    """Wire bytes of a ProduceRequest; ``partitions`` = (topic, partition, batches) each."""
+    pieces: list[bytes] = []
+    if acks:
+        pieces += (_TAG_ACKS, varint(acks))
+    if timeout_ms:
+        pieces += (_TAG_TIMEOUT, varint(timeout_ms))
+    for topic, partition, batches in partitions:
+        topic_b = topic.encode()
+        records_len = sum(map(len, batches))
+        head = [_TAG_TOPIC, varint(len(topic_b)), topic_b] if topic_b else []
+        if partition:
+            head += (_TAG_PARTITION, varint(partition))
+        if records_len:
+            head += (_TAG_RECORDS, varint(records_len))
+        head_b = b"".join(head)
+        pieces += (_TAG_PARTITIONS, varint(len(head_b) + records_len), head_b, *batches)
+    if client_id:
+        cid = client_id.encode()
+        pieces += (_TAG_CLIENT_ID, varint(len(cid)), cid)
+    if transactional_id:
+        tid = transactional_id.encode()
+        pieces += (_TAG_TXN_ID, varint(len(tid)), tid)
+    return b"".join(pieces)
