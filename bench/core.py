@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ceilings
 
 from headwater.dev.cluster import LocalCluster
+from headwater.dev.procs import python_env
 
 _LINE = re.compile(
     r"(?P<n>\d+) records, (?P<rps>[\d,.]+) records/sec \((?P<mbs>[\d,.]+) MB/sec\)"
@@ -69,7 +70,8 @@ def run(records_100: int, records_1k: int) -> dict[str, object]:
     results: dict[str, object] = {"machine": machine()}
     with tempfile.TemporaryDirectory(prefix="hw-bench-") as tmp:
         results["page_cache_write_mb_s"] = ceilings.page_cache_write_mb_s(Path(tmp))
-        results.update(ceilings.grpc_ceilings())
+        # the ceiling's server gets the broker's environment (malloc tunables included)
+        results.update(ceilings.grpc_ceilings(env=python_env()))
         with LocalCluster(Path(tmp) / "cluster") as cluster:
             b = cluster.bootstrap
             rows: dict[str, dict[str, float]] = {}

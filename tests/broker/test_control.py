@@ -68,12 +68,10 @@ def test_request_for_a_newer_broker_epoch_is_retriable(controller: ActingControl
     resp = controller.leader_and_isr("early-b", st, broker_epoch=newer)
     assert resp.error_code == ErrorCode.BROKER_NOT_AVAILABLE and not resp.partitions
     assert (
-        controller.update_metadata(broker_epoch=newer).error_code
-        == ErrorCode.BROKER_NOT_AVAILABLE
+        controller.update_metadata(broker_epoch=newer).error_code == ErrorCode.BROKER_NOT_AVAILABLE
     )
     assert (
-        list_offset(controller, "early-b", 0, -1).error_code
-        == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        list_offset(controller, "early-b", 0, -1).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     )
 
 
