@@ -353,15 +353,19 @@ class Accumulator:
         ts: int,
         nbytes: int,
         target: Any,
-    ) -> None:
-        """Add one record (its ``nbytes`` already reserved)."""
+    ) -> bool:
+        """Add one record (its ``nbytes`` already reserved); True when a batch was sealed."""
+        sealed = False
         batch = self.open_batch(tp)
         if batch.count and batch.nbytes + nbytes > self.batch_size:
             self.seal(batch)
+            sealed = True
             batch = self.open_batch(tp)
         batch.append(value, key, headers, ts, nbytes, target)
         if batch.nbytes + nbytes > self.batch_size:
             self.seal(batch)  # the next record of this size would not fit
+            sealed = True
+        return sealed
 
     def append_many(
         self,

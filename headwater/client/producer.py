@@ -331,7 +331,7 @@ class AsyncProducer:
         fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         if callback is not None:
             fut.add_done_callback(_callback_adapter(callback))
-        acc.append(
+        sealed = acc.append(
             tps[partition],
             value,
             key,
@@ -340,6 +340,10 @@ class AsyncProducer:
             size,
             fut,
         )
+        if sealed:
+            # A full batch is ready: give the sender one turn of the loop, so a caller that
+            # sends in a tight loop does not starve it until buffer memory runs out.
+            await asyncio.sleep(0)
         return fut
 
     async def send_and_wait(self, topic: str, value: bytes | None, **kw: Any) -> RecordMetadata:

@@ -288,3 +288,21 @@ def test_fail_all_resolves_everything() -> None:
         assert acc.used == 0 and not acc.queues
 
     run(body)
+
+
+def test_append_reports_when_it_seals_a_batch() -> None:
+    async def body() -> None:
+        acc = make(FakeClock(), batch_size=BATCH_OVERHEAD + 3 * record_size(b"x" * 10))
+        loop = asyncio.get_running_loop()
+        sealed = []
+        for _ in range(7):
+            assert acc.try_reserve(record_size(b"x" * 10))
+            sealed.append(
+                acc.append(
+                    TP, b"x" * 10, None, None, 1, record_size(b"x" * 10), loop.create_future()
+                )
+            )
+        # three records fill a batch: the third append seals it (the next would not fit)
+        assert sealed == [False, False, True, False, False, True, False]
+
+    run(body)

@@ -129,6 +129,28 @@ def test_sticky_null_keys_fill_batches_then_switch(cluster: Any) -> None:
     run(body)
 
 
+def test_tight_send_loop_does_not_starve_the_sender(cluster: Any) -> None:
+    """``await send()`` in a loop that never yields otherwise: batches leave as they fill,
+    long before buffer memory runs out (send yields once per sealed batch)."""
+    boot = cluster.bootstrap
+    topic = "tight-loop"
+
+    async def body() -> None:
+        await create(boot, topic, 1)
+        async with AsyncProducer(
+            boot, batch_size=16 * 1024, buffer_memory=64 * 1024 * 1024, linger_ms=1000
+        ) as p:
+            futures = [await p.send(topic, b"v" * 100) for _ in range(60_000)]
+            # ~6 MiB sent into a 64 MiB buffer: without yielding, nothing would be
+            # acknowledged before this point (the linger is 1 s and memory never runs out).
+            acked_during_loop = sum(f.done() for f in futures)
+            await p.flush()
+        assert acked_during_loop > 0
+        assert [f.result().offset for f in futures] == list(range(60_000))
+
+    run(body)
+
+
 def test_unknown_topic_fails_after_max_block(cluster: Any) -> None:
     async def body() -> None:
         async with AsyncProducer(cluster.bootstrap, max_block_ms=500) as p:
