@@ -239,6 +239,33 @@ class OffsetNotAvailableError(HeadwaterError):
     grpc_status = grpc.StatusCode.UNAVAILABLE
 
 
+class PreferredLeaderNotAvailableError(HeadwaterError):
+    code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    retriable = True
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+
+class EligibleLeadersNotAvailableError(HeadwaterError):
+    code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    retriable = True
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+
+class ElectionNotNeededError(HeadwaterError):
+    code = ErrorCode.ELECTION_NOT_NEEDED
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class NoReassignmentInProgressError(HeadwaterError):
+    code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ReassignmentInProgressError(HeadwaterError):
+    code = ErrorCode.REASSIGNMENT_IN_PROGRESS
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
 _BY_CODE: dict[int, type[HeadwaterError]] = {
     cls.code: cls
     for cls in list(globals().values())

@@ -217,6 +217,104 @@ class ListOffsetsResponse(_message.Message):
     partitions: _containers.RepeatedCompositeFieldContainer[ListOffsetsResult]
     def __init__(self, partitions: _Optional[_Iterable[_Union[ListOffsetsResult, _Mapping]]] = ...) -> None: ...
 
+class ReplicaFetchPartition(_message.Message):
+    __slots__ = ("topic", "partition", "fetch_offset", "current_leader_epoch", "log_start_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    fetch_offset: int
+    current_leader_epoch: int
+    log_start_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
+
+class ReplicaFetchRequest(_message.Message):
+    __slots__ = ("replica_id", "broker_epoch", "max_wait_ms", "min_bytes", "max_bytes", "partitions")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    replica_id: int
+    broker_epoch: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchPartition]
+    def __init__(self, replica_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ReplicaFetchPartition, _Mapping]]] = ...) -> None: ...
+
+class ReplicaFetchPartitionData(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start_offset", "records")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: _errors_pb2.ErrorCode
+    error_message: str
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class ReplicaFetchResponse(_message.Message):
+    __slots__ = ("error_code", "partitions")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    error_code: _errors_pb2.ErrorCode
+    partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchPartitionData]
+    def __init__(self, error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., partitions: _Optional[_Iterable[_Union[ReplicaFetchPartitionData, _Mapping]]] = ...) -> None: ...
+
+class OffsetForLeaderEpochPartition(_message.Message):
+    __slots__ = ("topic", "partition", "current_leader_epoch", "leader_epoch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+
+class OffsetForLeaderEpochRequest(_message.Message):
+    __slots__ = ("replica_id", "partitions")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    replica_id: int
+    partitions: _containers.RepeatedCompositeFieldContainer[OffsetForLeaderEpochPartition]
+    def __init__(self, replica_id: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[OffsetForLeaderEpochPartition, _Mapping]]] = ...) -> None: ...
+
+class EpochEndOffset(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message", "leader_epoch", "end_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: _errors_pb2.ErrorCode
+    error_message: str
+    leader_epoch: int
+    end_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader_epoch: _Optional[int] = ..., end_offset: _Optional[int] = ...) -> None: ...
+
+class OffsetForLeaderEpochResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[EpochEndOffset]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[EpochEndOffset, _Mapping]]] = ...) -> None: ...
+
 class PartitionAssignment(_message.Message):
     __slots__ = ("topic", "topic_id", "state", "configs")
     class ConfigsEntry(_message.Message):

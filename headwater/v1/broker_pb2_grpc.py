@@ -65,6 +65,16 @@ class BrokerStub:
                 request_serializer=headwater_dot_v1_dot_metadata__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_metadata__pb2.MetadataResponse.FromString,
                 _registered_method=True)
+        self.ReplicaFetch = channel.stream_stream(
+                '/headwater.v1.Broker/ReplicaFetch',
+                request_serializer=headwater_dot_v1_dot_broker__pb2.ReplicaFetchRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_broker__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
+        self.OffsetForLeaderEpoch = channel.unary_unary(
+                '/headwater.v1.Broker/OffsetForLeaderEpoch',
+                request_serializer=headwater_dot_v1_dot_broker__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_broker__pb2.OffsetForLeaderEpochResponse.FromString,
+                _registered_method=True)
         self.LeaderAndIsr = channel.unary_unary(
                 '/headwater.v1.Broker/LeaderAndIsr',
                 request_serializer=headwater_dot_v1_dot_broker__pb2.LeaderAndIsrRequest.SerializeToString,
@@ -129,6 +139,25 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicaFetch(self, request_iterator, context):
+        """--- broker to broker (replication) ---
+        A follower's fetch session with one leader broker: the follower sends a request naming
+        every partition it follows from that leader with its fetch offset (= its log end offset,
+        which is how the leader learns follower progress); the leader answers each request once
+        (long poll: up to max_wait_ms for min_bytes across the partitions). Request/response in
+        lockstep over one long-lived stream: Kafka's replica fetcher without a unary call each.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetForLeaderEpoch(self, request, context):
+        """The end offset of a leader epoch on this leader (KIP-101/279): where a follower truncates.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def LeaderAndIsr(self, request, context):
         """--- sent by the active controller only; fenced by controller_epoch ---
         """
@@ -180,6 +209,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Metadata,
                     request_deserializer=headwater_dot_v1_dot_metadata__pb2.MetadataRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_metadata__pb2.MetadataResponse.SerializeToString,
+            ),
+            'ReplicaFetch': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplicaFetch,
+                    request_deserializer=headwater_dot_v1_dot_broker__pb2.ReplicaFetchRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_broker__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+            'OffsetForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetForLeaderEpoch,
+                    request_deserializer=headwater_dot_v1_dot_broker__pb2.OffsetForLeaderEpochRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_broker__pb2.OffsetForLeaderEpochResponse.SerializeToString,
             ),
             'LeaderAndIsr': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaderAndIsr,
@@ -359,6 +398,60 @@ class Broker:
             '/headwater.v1.Broker/Metadata',
             headwater_dot_v1_dot_metadata__pb2.MetadataRequest.SerializeToString,
             headwater_dot_v1_dot_metadata__pb2.MetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicaFetch(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/headwater.v1.Broker/ReplicaFetch',
+            headwater_dot_v1_dot_broker__pb2.ReplicaFetchRequest.SerializeToString,
+            headwater_dot_v1_dot_broker__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetForLeaderEpoch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Broker/OffsetForLeaderEpoch',
+            headwater_dot_v1_dot_broker__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+            headwater_dot_v1_dot_broker__pb2.OffsetForLeaderEpochResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,31 @@ class ControllerStub:
                 request_serializer=headwater_dot_v1_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_controller__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
+        self.AlterPartition = channel.unary_unary(
+                '/headwater.v1.Controller/AlterPartition',
+                request_serializer=headwater_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
+                _registered_method=True)
+        self.ControlledShutdown = channel.unary_unary(
+                '/headwater.v1.Controller/ControlledShutdown',
+                request_serializer=headwater_dot_v1_dot_controller__pb2.ControlledShutdownRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_controller__pb2.ControlledShutdownResponse.FromString,
+                _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/headwater.v1.Controller/ElectLeaders',
+                request_serializer=headwater_dot_v1_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_controller__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/headwater.v1.Controller/AlterPartitionReassignments',
+                request_serializer=headwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/headwater.v1.Controller/ListPartitionReassignments',
+                request_serializer=headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -94,6 +119,42 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartition(self, request, context):
+        """--- replication and operations ---
+        A partition leader asks to change the ISR. Applied as one etcd transaction conditioned on
+        the partition epoch the leader saw and the leader's broker epoch; only then in effect.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ControlledShutdown(self, request, context):
+        """A broker about to stop asks the controller to move its leaderships away first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ElectLeaders(self, request, context):
+        """Preferred-replica (or unclean) leader election for the given partitions (all if empty).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterPartitionReassignments(self, request, context):
+        """Change partitions' replica sets online; an empty replica list cancels a reassignment.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +182,31 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeCluster,
                     request_deserializer=headwater_dot_v1_dot_controller__pb2.DescribeClusterRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_controller__pb2.DescribeClusterResponse.SerializeToString,
+            ),
+            'AlterPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartition,
+                    request_deserializer=headwater_dot_v1_dot_controller__pb2.AlterPartitionRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_controller__pb2.AlterPartitionResponse.SerializeToString,
+            ),
+            'ControlledShutdown': grpc.unary_unary_rpc_method_handler(
+                    servicer.ControlledShutdown,
+                    request_deserializer=headwater_dot_v1_dot_controller__pb2.ControlledShutdownRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_controller__pb2.ControlledShutdownResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=headwater_dot_v1_dot_controller__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_controller__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=headwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +344,141 @@ class Controller:
             '/headwater.v1.Controller/DescribeCluster',
             headwater_dot_v1_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
             headwater_dot_v1_dot_controller__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/AlterPartition',
+            headwater_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
+            headwater_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ControlledShutdown(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/ControlledShutdown',
+            headwater_dot_v1_dot_controller__pb2.ControlledShutdownRequest.SerializeToString,
+            headwater_dot_v1_dot_controller__pb2.ControlledShutdownResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/ElectLeaders',
+            headwater_dot_v1_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
+            headwater_dot_v1_dot_controller__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/AlterPartitionReassignments',
+            headwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            headwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/ListPartitionReassignments',
+            headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

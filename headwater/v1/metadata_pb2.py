@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from headwater.v1 import errors_pb2 as headwater_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bheadwater/v1/metadata.proto\x12\x0cheadwater.v1\x1a\x19headwater/v1/errors.proto\"t\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x05 \x01(\x03\x12\x13\n\x0bmetrics_url\x18\x06 \x01(\t\"\x9b\x01\n\x0ePartitionState\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06leader\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x17\n\x0fpartition_epoch\x18\x06 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x07 \x01(\x05\"\xf9\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\x12+\n\nerror_code\x18\x03 \x01(\x0e\x32\x17.headwater.v1.ErrorCode\x12\x30\n\npartitions\x18\x04 \x03(\x0b\x32\x1c.headwater.v1.PartitionState\x12\x39\n\x07\x63onfigs\x18\x05 \x03(\x0b\x32(.headwater.v1.TopicMetadata.ConfigsEntry\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\xc3\x01\n\x10MetadataResponse\x12)\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x18.headwater.v1.BrokerInfo\x12\x15\n\rcontroller_id\x18\x02 \x01(\x05\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12+\n\x06topics\x18\x04 \x03(\x0b\x32\x1b.headwater.v1.TopicMetadata\x12,\n\ncontroller\x18\x05 \x01(\x0b\x32\x18.headwater.v1.BrokerInfoB.Z,headwater.dev/proto/headwater/v1;headwaterv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bheadwater/v1/metadata.proto\x12\x0cheadwater.v1\x1a\x19headwater/v1/errors.proto\"t\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x05 \x01(\x03\x12\x13\n\x0bmetrics_url\x18\x06 \x01(\t\"\xcf\x01\n\x0ePartitionState\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06leader\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x17\n\x0fpartition_epoch\x18\x06 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x07 \x01(\x05\x12\x17\n\x0f\x61\x64\x64ing_replicas\x18\x08 \x03(\x05\x12\x19\n\x11removing_replicas\x18\t \x03(\x05\"\xf9\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\x12+\n\nerror_code\x18\x03 \x01(\x0e\x32\x17.headwater.v1.ErrorCode\x12\x30\n\npartitions\x18\x04 \x03(\x0b\x32\x1c.headwater.v1.PartitionState\x12\x39\n\x07\x63onfigs\x18\x05 \x03(\x0b\x32(.headwater.v1.TopicMetadata.ConfigsEntry\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\xc3\x01\n\x10MetadataResponse\x12)\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x18.headwater.v1.BrokerInfo\x12\x15\n\rcontroller_id\x18\x02 \x01(\x05\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12+\n\x06topics\x18\x04 \x03(\x0b\x32\x1b.headwater.v1.TopicMetadata\x12,\n\ncontroller\x18\x05 \x01(\x0b\x32\x18.headwater.v1.BrokerInfoB.Z,headwater.dev/proto/headwater/v1;headwaterv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,13 +38,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BROKERINFO']._serialized_start=72
   _globals['_BROKERINFO']._serialized_end=188
   _globals['_PARTITIONSTATE']._serialized_start=191
-  _globals['_PARTITIONSTATE']._serialized_end=346
-  _globals['_TOPICMETADATA']._serialized_start=349
-  _globals['_TOPICMETADATA']._serialized_end=598
-  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_start=552
-  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_end=598
-  _globals['_METADATAREQUEST']._serialized_start=600
-  _globals['_METADATAREQUEST']._serialized_end=633
-  _globals['_METADATARESPONSE']._serialized_start=636
-  _globals['_METADATARESPONSE']._serialized_end=831
+  _globals['_PARTITIONSTATE']._serialized_end=398
+  _globals['_TOPICMETADATA']._serialized_start=401
+  _globals['_TOPICMETADATA']._serialized_end=650
+  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_start=604
+  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_end=650
+  _globals['_METADATAREQUEST']._serialized_start=652
+  _globals['_METADATAREQUEST']._serialized_end=685
+  _globals['_METADATARESPONSE']._serialized_start=688
+  _globals['_METADATARESPONSE']._serialized_end=883
 # @@protoc_insertion_point(module_scope)

@@ -24,7 +24,7 @@ class BrokerInfo(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., broker_epoch: _Optional[int] = ..., metrics_url: _Optional[str] = ...) -> None: ...
 
 class PartitionState(_message.Message):
-    __slots__ = ("partition", "leader", "leader_epoch", "replicas", "isr", "partition_epoch", "controller_epoch")
+    __slots__ = ("partition", "leader", "leader_epoch", "replicas", "isr", "partition_epoch", "controller_epoch", "adding_replicas", "removing_replicas")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,8 @@ class PartitionState(_message.Message):
     ISR_FIELD_NUMBER: _ClassVar[int]
     PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ADDING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REMOVING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     leader: int
     leader_epoch: int
@@ -39,7 +41,9 @@ class PartitionState(_message.Message):
     isr: _containers.RepeatedScalarFieldContainer[int]
     partition_epoch: int
     controller_epoch: int
-    def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., partition_epoch: _Optional[int] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
+    adding_replicas: _containers.RepeatedScalarFieldContainer[int]
+    removing_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., partition_epoch: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., adding_replicas: _Optional[_Iterable[int]] = ..., removing_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
     __slots__ = ("name", "topic_id", "error_code", "partitions", "configs")
