@@ -36,18 +36,18 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from headwater.batch.codec import now_ms, patch_header, set_log_append_time
-from headwater.batch.layout import HEADER_SIZE, BatchHeader
+from headwater.batch.codec import now_ms, verify_crc
+from headwater.batch.layout import BatchHeader
 from headwater.config import TopicConfig
 from headwater.errors import (
-    InvalidRequestError,
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
-from services.broker.storage import checkpoint
+from services.broker.storage import appending, checkpoint, recovery
+from services.broker.storage.leader_epoch import LeaderEpochCache
 from services.broker.storage.results import AppendInfo, FetchSlice, Snapshot, read_batches
-from services.broker.storage.segment import BatchMeta, LogSegment, TimestampMatch
+from services.broker.storage.segment import LogSegment, TimestampMatch
 
 Clock = Callable[[], int]
 Buffer = bytes | bytearray | memoryview
@@ -74,6 +74,8 @@ class Log:
         #: Bytes cut off by recovery when this log was opened (0 after a clean shutdown).
         self.recovered_bytes_truncated = 0
         self._snap: Snapshot
+        #: (epoch, start offset) history; changed only under ``_lock`` (leader_epoch.py).
+        self.epochs: LeaderEpochCache
         self._load()
 
     # -- loading ------------------------------------------------------------------------
@@ -98,27 +100,13 @@ class Log:
                 stray.unlink()
         recovery_point = cp.recovery_point if cp else 0
         now = self._clock()
-        segs = [self._new_segment(b) for b in bases]
-        i = 0
-        while i < len(segs):
-            seg = segs[i]
-            next_base = segs[i + 1].base_offset if i + 1 < len(segs) else None
-            must_scan = not clean and (next_base is None or next_base > recovery_point)
-            if must_scan or not seg.load(next_base, now):
-                cut = seg.recover()
-                self.recovered_bytes_truncated += cut
-                if seg.rolling_base_ms is not None:
-                    seg.rolling_base_ms = min(seg.rolling_base_ms, now)
-                if next_base is not None:
-                    seg.seal()  # the rebuilt time index ends with the segment's largest ts
-                if next_base is not None and (cut > 0 or seg.next_offset > next_base):
-                    # Nothing after damage in a sealed segment can be trusted or served.
-                    for later in segs[i + 1 :]:
-                        self.recovered_bytes_truncated += later.size
-                        later.delete()
-                        later.close()
-                    del segs[i + 1 :]
-            i += 1
+        segs, cut = recovery.recover_segments(
+            [self._new_segment(b) for b in bases],
+            clean=clean,
+            recovery_point=recovery_point,
+            now=now,
+        )
+        self.recovered_bytes_truncated += cut
         if not segs:
             segs = [self._new_segment(cp.log_start_offset if cp else 0)]
         self._segments = segs
@@ -129,6 +117,9 @@ class Log:
         self._recovery_point = min(recovery_point, self._leo)
         self._publish(structure_changed=True)
         self._write_checkpoint()
+        self.epochs = recovery.load_epoch_cache(
+            self.dir, segs, log_start=self._log_start, log_end=self._leo
+        )
 
     # -- snapshot -----------------------------------------------------------------------
 
@@ -160,64 +151,76 @@ class Log:
         written followed by a view of the rest of the batch: the records are never copied.
         With ``message.timestamp.type=LogAppendTime`` each batch is copied once and stamped
         with ``log_append_time`` (default: the clock). Rolls first when the active segment
-        is full by size, age or index. Raises InvalidRequestError (nothing written) when
-        ``batches`` is empty or does not lie inside ``buf``; KafkaStorageError on I/O errors
-        (nothing written).
+        is full by size, age or index. The first batch of a new ``leader_epoch`` adds an
+        epoch-cache entry. Raises InvalidRequestError (nothing written) when ``batches`` is
+        empty or does not lie inside ``buf``; KafkaStorageError on I/O errors (nothing
+        written).
+        """
+        return self._append(buf, batches, leader_epoch, log_append_time)
+
+    def append_as_follower(
+        self, buf: Buffer, batches: Sequence[tuple[int, BatchHeader]]
+    ) -> AppendInfo:
+        """Append a leader's batches exactly as they are (offsets, epochs, timestamps kept).
+
+        The first batch must start at the log end offset and each next one where the
+        previous ended (else InvalidRequestError, nothing written); CRCs are verified
+        (CorruptRecordError). A batch whose leader epoch is newer than the cache's latest
+        adds an epoch-cache entry, so the follower's history matches the leader's.
         """
         view = memoryview(buf).cast("B")
-        if not batches:
-            raise InvalidRequestError("append of zero batches")
-        total = 0
-        offsets = 0
         for pos, h in batches:
-            if pos < 0 or pos + h.total_size > view.nbytes or h.total_size < HEADER_SIZE:
-                raise InvalidRequestError(
-                    f"batch at {pos} ({h.total_size} B) is outside the buffer"
-                )
-            total += h.total_size
-            offsets += h.last_offset_delta + 1
+            verify_crc(view, pos, h)
+        return self._append(buf, batches, None, None)
+
+    def _append(
+        self,
+        buf: Buffer,
+        batches: Sequence[tuple[int, BatchHeader]],
+        leader_epoch: int | None,
+        log_append_time: int | None,
+    ) -> AppendInfo:
+        """Leader mode (``leader_epoch`` set): patch offsets/epoch; follower mode (None):
+        write the bytes as they are after checking the offsets continue the log."""
+        view = memoryview(buf).cast("B")
+        total, offsets = appending.measure(view, batches)
+        follower = leader_epoch is None
         with self._lock:
             self._check_open()
             now = self._clock()
-            stamp = self.config.message_timestamp_type == "LogAppendTime"
+            stamp = not follower and self.config.message_timestamp_type == "LogAppendTime"
             append_time = (log_append_time if log_append_time is not None else now) if stamp else -1
             seg = self._maybe_roll(total, self._leo + offsets - 1, now)
-            pieces: list[Buffer] = []
-            metas: list[BatchMeta] = []
-            nxt = self._leo
-            max_ts, max_ts_offset, records = -1, nxt, 0
-            for pos, h in batches:
-                size = h.total_size
-                if stamp:
-                    whole = bytearray(view[pos : pos + size])
-                    set_log_append_time(whole, append_time)
-                    patch_header(whole, nxt, leader_epoch)
-                    pieces.append(whole)
-                    ts = append_time
-                else:
-                    head = bytearray(view[pos : pos + HEADER_SIZE])
-                    patch_header(head, nxt, leader_epoch)
-                    pieces.append(head)
-                    pieces.append(view[pos + HEADER_SIZE : pos + size])
-                    ts = h.max_timestamp
-                last = nxt + h.last_offset_delta
-                metas.append(BatchMeta(nxt, last, ts, size))
-                if ts > max_ts:
-                    max_ts, max_ts_offset = ts, nxt
-                records += h.record_count
-                nxt = last + 1
-            seg.append(pieces, metas, now)
+            w = appending.prepare(
+                view,
+                batches,
+                start=self._leo,
+                leader_epoch=leader_epoch,
+                append_time=append_time if stamp else None,
+                latest_epoch=self.epochs.latest_epoch,
+            )
+            nxt = w.next_offset
+            seg.append(w.pieces, w.metas, now)
             first = self._leo
             self._leo = nxt
             self._size += total
-            self._unflushed_records += records
+            self._unflushed_records += w.records
             if self._first_unflushed_ms is None:
                 self._first_unflushed_ms = now
             self._publish()
+            for epoch, start in w.new_epochs:
+                self.epochs.assign(epoch, start)
             if 0 < self.config.flush_messages <= self._unflushed_records:
                 self.flush()
             return AppendInfo(
-                first, nxt - 1, max_ts, max_ts_offset, append_time, self._log_start, records, total
+                first,
+                nxt - 1,
+                w.max_timestamp,
+                w.offset_of_max_timestamp,
+                append_time,
+                self._log_start,
+                w.records,
+                total,
             )
 
     def _maybe_roll(self, nbytes: int, last_offset: int, now: int) -> LogSegment:
@@ -317,6 +320,27 @@ class Log:
     def segment_base_offsets(self) -> list[int]:
         return list(self._snap.bases)
 
+    # -- leader epochs ------------------------------------------------------------------
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch in this log's history (-1: none)."""
+        with self._lock:
+            return self.epochs.latest_epoch
+
+    def assign_epoch(self, epoch: int) -> None:
+        """A new leader starts ``epoch`` at the log end offset (no-op if already latest)."""
+        with self._lock:
+            self._check_open()
+            if epoch > self.epochs.latest_epoch:
+                self.epochs.assign(epoch, self._leo)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= ``epoch``, where it ends); see
+        ``LeaderEpochCache.end_offset_for``."""
+        with self._lock:
+            return self.epochs.end_offset_for(epoch, self._leo)
+
     # -- retention and truncation -------------------------------------------------------
 
     def delete_retention(self, now_ms: int) -> int:
@@ -351,6 +375,7 @@ class Log:
         self._publish(structure_changed=True)  # new readers no longer see them
         for seg in gone:
             seg.delete()  # unlink; the fd closes when the last reader drops the segment
+        self.epochs.truncate_from_start(self._log_start)
         self._write_checkpoint()
 
     def truncate_to(self, offset: int) -> None:
@@ -375,6 +400,7 @@ class Log:
             if active in self._sealed_unflushed:
                 self._sealed_unflushed.remove(active)
             self._leo = active.truncate_to_offset(offset)
+            self.epochs.truncate_from_end(self._leo)
             self._after_truncation()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -388,6 +414,7 @@ class Log:
             self._segments = [self._new_segment(offset)]
             self._sealed_unflushed = []
             self._leo = self._log_start = offset
+            self.epochs.clear()
             self._after_truncation()
 
     def _after_truncation(self) -> None:

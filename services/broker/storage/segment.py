@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -345,6 +346,14 @@ class LogSegment:
                 return None
             if h.last_offset >= offset:
                 return pos, h
+            pos += h.total_size
+
+    def headers(self, end: int) -> Iterator[BatchHeader]:
+        """Every batch header below position ``end``, in order (no CRC check)."""
+        reader = _HeaderReader(self.fd, end)
+        pos = 0
+        while (h := reader.header_at(pos)) is not None and pos + h.total_size <= end:
+            yield h
             pos += h.total_size
 
     def find_timestamp(self, timestamp: int, min_offset: int, end: int) -> TimestampMatch | None:

@@ -1,0 +1,177 @@
+"""The leader-epoch cache of one partition: which leader epoch started at which offset.
+
+File ``leader-epoch-checkpoint`` in the partition directory (text, replaced atomically:
+write ``.tmp``, fsync, rename), Kafka's format::
+
+    0                      version
+    2                      number of entries
+    0 0                    epoch start_offset   (ascending in both columns)
+    3 1742
+
+An entry ``(e, s)`` says: the first batch written with leader epoch ``e`` has base offset
+``s``; epoch ``e`` ends where the next entry starts (or at the log end offset for the last
+one). Entries are added by the owning ``Log``:
+
+* when a leader becomes leader (``assign(epoch, log end offset)``) and when it appends the
+  first batch of a new epoch;
+* when a follower appends a batch whose ``partition_leader_epoch`` is newer than the latest
+  entry (the follower copies the leader's history);
+
+and removed with the log: ``truncate_from_end(o)`` drops entries starting at or after ``o``
+(log truncation), ``truncate_from_start(o)`` drops entries wholly below the new log start and
+moves the one that straddles it up to ``o`` (retention, or a follower restarted at the
+leader's log start). ``end_offset_for(epoch)`` is the answer to OffsetForLeaderEpoch, exactly
+as Kafka's ``LeaderEpochFileCache.endOffsetFor``.
+
+A missing or unreadable file is not an error: the ``Log`` rebuilds the cache from its batch
+headers (every batch carries the epoch it was written in).
+
+Threads: no locking here; the owning ``Log`` calls every method under its own lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from headwater.errors import KafkaStorageError
+
+EPOCH_FILE = "leader-epoch-checkpoint"
+VERSION = 0
+#: No epoch / no offset (Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET).
+UNDEFINED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEntry:
+    epoch: int
+    start_offset: int
+
+
+def read_entries(directory: Path) -> list[EpochEntry] | None:
+    """The stored entries, or None when the file is missing or damaged (rebuild then)."""
+    try:
+        lines = (directory / EPOCH_FILE).read_text().split("\n")
+        if int(lines[0]) != VERSION:
+            return None
+        count = int(lines[1])
+        entries = []
+        for line in lines[2 : 2 + count]:
+            e, s = line.split()
+            entries.append(EpochEntry(int(e), int(s)))
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+    if len(entries) != count or not _ascending(entries):
+        return None
+    return entries
+
+
+def _ascending(entries: list[EpochEntry]) -> bool:
+    if any(x.epoch < 0 or x.start_offset < 0 for x in entries):
+        return False
+    return all(
+        a.epoch < b.epoch and a.start_offset <= b.start_offset
+        for a, b in itertools.pairwise(entries)
+    )
+
+
+def write_entries(directory: Path, entries: Iterable[EpochEntry]) -> None:
+    """Atomically replace the file (tmp, fsync, rename); KafkaStorageError on I/O errors."""
+    items = list(entries)
+    text = f"{VERSION}\n{len(items)}\n" + "".join(f"{x.epoch} {x.start_offset}\n" for x in items)
+    tmp = directory / (EPOCH_FILE + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, text.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, directory / EPOCH_FILE)
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot write {EPOCH_FILE} in {directory}: {exc}") from exc
+
+
+class LeaderEpochCache:
+    """Ascending ``(epoch, start_offset)`` entries, persisted on every change."""
+
+    def __init__(self, directory: Path, entries: Iterable[EpochEntry] = ()) -> None:
+        self.dir = Path(directory)
+        self._entries: list[EpochEntry] = list(entries)
+        if not _ascending(self._entries):
+            raise ValueError(f"epoch entries not ascending: {self._entries}")
+
+    @property
+    def entries(self) -> list[EpochEntry]:
+        return list(self._entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._entries[-1].epoch if self._entries else UNDEFINED
+
+    def flush(self) -> None:
+        write_entries(self.dir, self._entries)
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that ``epoch`` starts at ``start_offset``; True when something changed.
+
+        A no-op when ``epoch`` is already the latest (its start stays the first offset seen).
+        Entries that contradict the new one (an epoch >= it, or a start offset > it) are
+        removed first, as in Kafka: the log was truncated under them.
+        """
+        if epoch < 0 or start_offset < 0:
+            return False
+        last = self._entries[-1] if self._entries else None
+        if last is not None and last.epoch == epoch and last.start_offset <= start_offset:
+            return False
+        kept = [x for x in self._entries if x.epoch < epoch and x.start_offset <= start_offset]
+        kept.append(EpochEntry(epoch, start_offset))
+        self._entries = kept
+        self.flush()
+        return True
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop entries starting at or after ``end_offset`` (the log was cut there)."""
+        kept = [x for x in self._entries if x.start_offset < end_offset]
+        if len(kept) != len(self._entries):
+            self._entries = kept
+            self.flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at ``start_offset``: drop entries wholly below it and move the
+        one containing it up to ``start_offset``."""
+        starts = [x.start_offset for x in self._entries]
+        i = bisect.bisect_right(starts, start_offset) - 1
+        if i < 0 or (i == 0 and self._entries[0].start_offset == start_offset):
+            return
+        kept = [EpochEntry(self._entries[i].epoch, start_offset), *self._entries[i + 1 :]]
+        self._entries = kept
+        self.flush()
+
+    def clear(self) -> None:
+        if self._entries:
+            self._entries = []
+            self.flush()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """``(largest epoch <= epoch known here, the offset where it ends)``.
+
+        The end of an epoch is the start offset of the next larger one, or the log end
+        offset for the latest. ``epoch`` below every entry: ``(epoch, first start offset)``;
+        above every entry, undefined or no entries: ``(-1, -1)`` (Kafka's rules).
+        """
+        if epoch == UNDEFINED or not self._entries:
+            return UNDEFINED, UNDEFINED
+        if self._entries[-1].epoch == epoch:
+            return epoch, log_end_offset
+        epochs = [x.epoch for x in self._entries]
+        higher = bisect.bisect_right(epochs, epoch)
+        if higher >= len(self._entries):
+            return UNDEFINED, UNDEFINED
+        if higher == 0:
+            return epoch, self._entries[0].start_offset
+        return self._entries[higher - 1].epoch, self._entries[higher].start_offset
