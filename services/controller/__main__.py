@@ -2,6 +2,7 @@
 
     python -m services.controller --controller-id N --host 127.0.0.1 --port 0 \
         --etcd HOST:PORT [--metrics-port M] [--ready-file PATH] [--lease-ttl S]
+        [--no-auto-leader-rebalance] [--leader-imbalance-check-interval-s S]
 """
 
 from __future__ import annotations
@@ -23,8 +24,29 @@ def parse(argv: list[str] | None = None) -> Settings:
     ap.add_argument("--metrics-port", type=int, default=0, help="0 picks; -1 disables")
     ap.add_argument("--ready-file", type=Path, default=None)
     ap.add_argument("--lease-ttl", type=int, default=5, help="seconds (failover time)")
+    ap.add_argument(
+        "--auto-leader-rebalance",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="periodically move leadership back to preferred replicas (default: on)",
+    )
+    ap.add_argument(
+        "--leader-imbalance-check-interval-s",
+        type=float,
+        default=300.0,
+        help="seconds between automatic rebalance checks (default 300)",
+    )
+    ap.add_argument(
+        "--leader-imbalance-per-broker-percentage",
+        type=float,
+        default=10.0,
+        help="rebalance a broker's partitions when more than this share of those it is the"
+        " preferred leader of are led elsewhere (default 10)",
+    )
     ap.add_argument("--log-level", default="INFO")
     a = ap.parse_args(argv)
+    if a.leader_imbalance_check_interval_s <= 0:
+        ap.error("--leader-imbalance-check-interval-s must be > 0")
     logging.basicConfig(
         level=a.log_level.upper(),
         format="%(asctime)s %(levelname)s controller-%(process)d %(name)s: %(message)s",
@@ -37,6 +59,9 @@ def parse(argv: list[str] | None = None) -> Settings:
         metrics_port=None if a.metrics_port < 0 else a.metrics_port,
         ready_file=a.ready_file,
         lease_ttl=a.lease_ttl,
+        auto_leader_rebalance=a.auto_leader_rebalance,
+        imbalance_check_interval_s=a.leader_imbalance_check_interval_s,
+        imbalance_percent=a.leader_imbalance_per_broker_percentage,
     )
 
 

@@ -5,7 +5,8 @@ stops the process, so a supervisor restarts it rather than it lingering half-ali
 
 * ``controller-events`` — the event loop that owns the cluster state (``events``);
 * ``controller-election`` — campaigns / watches the leader key (``election``);
-* per active term: ``broker-watch`` and one ``controller-link-<id>-<epoch>`` per broker.
+* per active term: ``broker-watch``, ``rebalance-timer`` (automatic preferred-leader
+  election, unless disabled) and one ``controller-link-<id>-<epoch>`` per broker.
 
 The server is started first with port 0 allowed, because the bound port goes into the leader
 key; the ready file (optional) receives ``{"port": P, "metrics_port": M}`` once serving.
@@ -41,6 +42,9 @@ class Settings:
     metrics_port: int | None
     ready_file: Path | None
     lease_ttl: int = 5
+    auto_leader_rebalance: bool = True
+    imbalance_check_interval_s: float = 300.0
+    imbalance_percent: float = 10.0
 
 
 def write_ready_file(path: Path, payload: dict[str, Any]) -> None:
@@ -60,7 +64,13 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
 
     etcd = await _connect_etcd(settings.etcd)
     controller = events.ControllerLoop(
-        etcd, controller_id=settings.controller_id, host=settings.host, port=settings.port
+        etcd,
+        controller_id=settings.controller_id,
+        host=settings.host,
+        port=settings.port,
+        auto_leader_rebalance=settings.auto_leader_rebalance,
+        imbalance_check_interval_s=settings.imbalance_check_interval_s,
+        imbalance_percent=settings.imbalance_percent,
     )
     election: Election | None = None  # needs the bound port; created after the server
     servicer = ControllerService(controller, lambda: election.leader if election else None)

@@ -8,16 +8,20 @@ task (:meth:`ControllerLoop.run`), one event at a time (Kafka's controller event
   ``/headwater/brokers/ids/`` (a task started while active);
 * ``Command`` — an RPC handler's work (``services.controller.topics``) with a future the
   handler awaits; while standby, commands fail with NOT_CONTROLLER;
-* ``Resync`` — reload everything from etcd and push it (after an error or a broken watch).
+* ``Resync`` — reload everything from etcd and push it (after an error or a broken watch);
+* ``RebalanceCheck`` — the periodic automatic preferred-leader election (``operations``).
 
-Partition leadership (this issue: leader = first live replica in the ISR; the full
-replication semantics arrive with the replication issue): when a leader's broker is gone, a
-new leader is chosen from the live ISR members (or, with ``unclean.leader.election.enable``,
-any live replica); with none, leader = -1 and the ISR is kept so its last member is elected
-when it returns. A dead follower leaves the ISR. Every leader change bumps ``leader_epoch``;
-every leader or ISR change bumps ``partition_epoch``; each write is fenced (``state``).
-Brokers are told through :mod:`services.controller.broker_channels`: LeaderAndIsr for the
-changed partitions to their live replicas, and an UpdateMetadata snapshot to every broker.
+Partition leadership (decisions in :mod:`services.controller.leadership`): when a leader's
+broker is gone, a new leader is chosen from the live ISR members (preferred replica first;
+or, with ``unclean.leader.election.enable``, any live replica); with none, leader = -1 and
+the ISR is kept so its last member is elected when it returns. A dead follower leaves the
+ISR. A broker that re-registers with a new epoch (a bounce faster than its lease) is handled
+as gone, then joined. Brokers in controlled shutdown (``shutting_down``, until they
+re-register or vanish) are never elected. Every leader change bumps ``leader_epoch``; every
+change bumps ``partition_epoch``; each write is fenced (``state``), batched up to
+``state.TXN_CHUNK`` keys per transaction. Brokers are told through
+:mod:`services.controller.requests`: one batched LeaderAndIsr per broker for the changed
+partitions, and an UpdateMetadata snapshot to every broker.
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ import prometheus_client as prom
 
 from headwater import errors
 from headwater import etcd as hetcd
-from headwater.v1 import broker_pb2, metadata_pb2
+from services.controller import operations, reassignment
 from services.controller import state as st
 from services.controller.broker_channels import BrokerChannels
 from services.controller.leadership import elect
+from services.controller.requests import BrokerRequests
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -72,6 +77,11 @@ class Resync:
     pass
 
 
+@dataclass(frozen=True)
+class RebalanceCheck:
+    pass
+
+
 @dataclass
 class Command:
     """Work submitted by an RPC handler: ``fn(loop)`` runs on the event-loop task."""
@@ -80,12 +90,22 @@ class Command:
     future: asyncio.Future[Any]
 
 
-Event = BecameActive | Resigned | BrokerPut | BrokerGone | Resync | Command
+Event = BecameActive | Resigned | BrokerPut | BrokerGone | Resync | RebalanceCheck | Command
 PartitionKey = tuple[str, int]
 
 
-class ControllerLoop:
-    def __init__(self, etcd: hetcd.Etcd, *, controller_id: int, host: str, port: int) -> None:
+class ControllerLoop(BrokerRequests):
+    def __init__(
+        self,
+        etcd: hetcd.Etcd,
+        *,
+        controller_id: int,
+        host: str,
+        port: int,
+        auto_leader_rebalance: bool = True,
+        imbalance_check_interval_s: float = 300.0,
+        imbalance_percent: float = 10.0,
+    ) -> None:
         self.etcd = etcd
         self.controller_id = controller_id
         self.host = host
@@ -93,8 +113,14 @@ class ControllerLoop:
         self.channels = BrokerChannels()
         self.state: st.ClusterState | None = None
         self.epoch: int | None = None
+        #: Live brokers in controlled shutdown (never elected; cleared on (re)registration).
+        self.shutting_down: set[int] = set()
+        self.auto_leader_rebalance = auto_leader_rebalance
+        self.imbalance_check_interval_s = imbalance_check_interval_s
+        self.imbalance_percent = imbalance_percent
         self._queue: asyncio.Queue[Event] = asyncio.Queue()
         self._watcher: asyncio.Task[None] | None = None
+        self._rebalancer: asyncio.Task[None] | None = None
         self._stopping = False
 
     # ---- entry points (called on the loop by other tasks)
@@ -171,14 +197,26 @@ class ControllerLoop:
             await self._broker_gone(event.broker_id)
         elif isinstance(event, Resync):
             await self._load_and_watch()
+        elif isinstance(event, RebalanceCheck):
+            await operations.rebalance_leaders(self)
 
     # ---- activation
 
     async def _become_active(self, epoch: int) -> None:
         self.epoch = epoch
+        self.shutting_down = set()
         ACTIVE.set(1)
         EPOCH.set(epoch)
         await self._load_and_watch()
+        if self.auto_leader_rebalance and self._rebalancer is None:
+            self._rebalancer = asyncio.create_task(self._tick_rebalance(), name="rebalance-timer")
+            self._rebalancer.add_done_callback(_log_task_end)
+
+    async def _tick_rebalance(self) -> None:
+        """Post a RebalanceCheck every ``imbalance_check_interval_s`` while active."""
+        while True:
+            await asyncio.sleep(self.imbalance_check_interval_s)
+            self.post(RebalanceCheck())
 
     async def _load_and_watch(self) -> None:
         """(Re)load state from etcd, push it to brokers, and make sure the broker watch runs
@@ -205,11 +243,12 @@ class ControllerLoop:
         self.state = state
         LIVE_BROKERS.set(len(state.brokers))
         keys = [(t, p) for t, topic in state.topics.items() for p in topic.assignment]
-        changed = await self._write(self._reconcile(keys))
+        changed = await self.write(self._reconcile(keys))
         await self.channels.sync(state.brokers)
         for bid in state.brokers:
             self.send_leader_and_isr(self.keys_on(bid), only=bid)
         self.send_update_metadata()
+        await reassignment.complete_ready(self, keys)
         log.info(
             "active (epoch %d): %d brokers, %d topics, %d partitions (%d re-elected)",
             epoch,
@@ -225,9 +264,10 @@ class ControllerLoop:
         self.state = None
         ACTIVE.set(0)
         EPOCH.set(0)
-        if self._watcher is not None:
-            self._watcher.cancel()
-            self._watcher = None
+        for task in (self._watcher, self._rebalancer):
+            if task is not None:
+                task.cancel()
+        self._watcher = self._rebalancer = None
         await self.channels.close()
 
     async def _watch_brokers(self, revision: int) -> None:
@@ -265,26 +305,33 @@ class ControllerLoop:
 
     async def _broker_put(self, broker: st.Broker) -> None:
         assert self.state is not None
-        if self.state.brokers.get(broker.broker_id) == broker:
+        known = self.state.brokers.get(broker.broker_id)
+        if known == broker:
             return
+        if known is not None and known.epoch != broker.epoch:
+            # bounced within its lease: its replicas' state is gone; fail it over first
+            await self._broker_gone(broker.broker_id)
         log.info("broker %d registered (epoch %d)", broker.broker_id, broker.epoch)
+        self.shutting_down.discard(broker.broker_id)
         self.state.brokers[broker.broker_id] = broker
         LIVE_BROKERS.set(len(self.state.brokers))
         await self.channels.sync(self.state.brokers)
         mine = self.keys_on(broker.broker_id)
-        changed = await self._write(self._reconcile(mine))
+        changed = await self.write(self._reconcile(mine))
         self.send_leader_and_isr(mine, only=broker.broker_id)
         self.send_leader_and_isr(changed, exclude=broker.broker_id)
         self.send_update_metadata()
+        await reassignment.complete_ready(self, mine)
 
     async def _broker_gone(self, broker_id: int) -> None:
         assert self.state is not None
+        self.shutting_down.discard(broker_id)
         if self.state.brokers.pop(broker_id, None) is None:
             return
         log.info("broker %d gone", broker_id)
         LIVE_BROKERS.set(len(self.state.brokers))
         await self.channels.sync(self.state.brokers)
-        changed = await self._write(self._reconcile(self.keys_on(broker_id)))
+        changed = await self.write(self._reconcile(self.keys_on(broker_id)))
         self.send_leader_and_isr(changed)
         self.send_update_metadata()
 
@@ -310,143 +357,31 @@ class ControllerLoop:
                 self.state.partitions.get(key),
                 set(self.state.brokers),
                 self.epoch,
-                unclean=topic.configs.get("unclean.leader.election.enable") == "true",
+                unclean=self.unclean_enabled(key[0]),
+                shutting=self.shutting_down,
             )
             if new is not None:
                 out[key] = new
         return out
 
-    async def _write(self, changes: dict[PartitionKey, st.PartitionState]) -> list[PartitionKey]:
-        """Persist changed partition states (fenced, per topic) and adopt them."""
-        assert self.state is not None and self.epoch is not None
-        by_topic: dict[str, dict[int, st.PartitionState]] = {}
-        for (t, p), s in changes.items():
-            by_topic.setdefault(t, {})[p] = s
-        for t, states in by_topic.items():
-            written = await st.write_partition_states(self.etcd, self.epoch, t, states)
-            for p, s in written.items():
-                self.state.partitions[(t, p)] = s
-        return sorted(changes)
-
-    # ---- requests to brokers
-
-    def partition_pb(self, key: PartitionKey) -> metadata_pb2.PartitionState:
+    def unclean_enabled(self, topic: str) -> bool:
         assert self.state is not None
-        s = self.state.partitions.get(key)
-        replicas = self.state.topics[key[0]].assignment[key[1]]
-        if s is None:
-            return metadata_pb2.PartitionState(
-                partition=key[1], leader=-1, replicas=replicas, isr=[]
-            )
-        return metadata_pb2.PartitionState(
-            partition=key[1],
-            leader=s.leader,
-            leader_epoch=s.leader_epoch,
-            replicas=replicas,
-            isr=list(s.isr),
-            partition_epoch=s.partition_epoch,
-            controller_epoch=s.controller_epoch,
-        )
+        t = self.state.topics.get(topic)
+        return t is not None and t.configs.get("unclean.leader.election.enable") == "true"
 
-    def send_leader_and_isr(
-        self,
-        keys: Iterable[PartitionKey],
-        *,
-        only: int | None = None,
-        exclude: int | None = None,
-    ) -> None:
-        """One batched LeaderAndIsr per live replica broker of ``keys``."""
+    async def write(self, changes: dict[PartitionKey, st.PartitionState]) -> list[PartitionKey]:
+        """Persist changed partition states (fenced CAS transactions of up to
+        ``state.TXN_CHUNK`` keys, any topics) and adopt them; returns the keys written."""
         assert self.state is not None and self.epoch is not None
-        per_broker: dict[int, list[broker_pb2.PartitionAssignment]] = {}
-        for key in keys:
-            topic = self.state.topics.get(key[0])
-            if topic is None or key[1] not in topic.assignment:
-                continue
-            assignment = broker_pb2.PartitionAssignment(
-                topic=key[0],
-                topic_id=topic.topic_id,
-                state=self.partition_pb(key),
-                configs=topic.configs,
-            )
-            for bid in topic.assignment[key[1]]:
-                if bid in self.state.brokers and bid != exclude and only in (None, bid):
-                    per_broker.setdefault(bid, []).append(assignment)
-        for bid, items in per_broker.items():
-            self.channels.send(
-                bid,
-                broker_pb2.LeaderAndIsrRequest(
-                    controller_id=self.controller_id,
-                    controller_epoch=self.epoch,
-                    broker_epoch=self.state.brokers[bid].epoch,
-                    partitions=items,
-                ),
-            )
-
-    def send_update_metadata(self) -> None:
-        """The full metadata snapshot to every live broker."""
-        assert self.state is not None and self.epoch is not None
-        brokers = [broker_info(b) for _, b in sorted(self.state.brokers.items())]
-        topics = [
-            metadata_pb2.TopicMetadata(
-                name=name,
-                topic_id=topic.topic_id,
-                partitions=[self.partition_pb((name, p)) for p in sorted(topic.assignment)],
-                configs=topic.configs,
-            )
-            for name, topic in sorted(self.state.topics.items())
-        ]
-        me = metadata_pb2.BrokerInfo(broker_id=self.controller_id, host=self.host, port=self.port)
-        for bid, b in self.state.brokers.items():
-            self.channels.send(
-                bid,
-                broker_pb2.UpdateMetadataRequest(
-                    controller_id=self.controller_id,
-                    controller_epoch=self.epoch,
-                    broker_epoch=b.epoch,
-                    cluster_id=self.state.cluster_id,
-                    brokers=brokers,
-                    topics=topics,
-                    controller=me,
-                ),
-            )
-
-    def send_stop_replica(
-        self, keys: Iterable[tuple[PartitionKey, list[int]]], delete: bool
-    ) -> None:
-        """StopReplica to each live broker holding one of ``keys`` (key, replicas)."""
-        assert self.state is not None and self.epoch is not None
-        per_broker: dict[int, list[broker_pb2.StopReplicaPartition]] = {}
-        for (topic, p), replicas in keys:
-            for bid in replicas:
-                if bid in self.state.brokers:
-                    per_broker.setdefault(bid, []).append(
-                        broker_pb2.StopReplicaPartition(topic=topic, partition=p, delete=delete)
-                    )
-        for bid, items in per_broker.items():
-            self.channels.send(
-                bid,
-                broker_pb2.StopReplicaRequest(
-                    controller_id=self.controller_id,
-                    controller_epoch=self.epoch,
-                    broker_epoch=self.state.brokers[bid].epoch,
-                    partitions=items,
-                ),
-            )
+        if not changes:
+            return []
+        written = await st.write_states(self.etcd, self.epoch, changes)
+        self.state.partitions.update(written)
+        return sorted(changes)
 
     async def close(self) -> None:
         self._stopping = True
         await self._resign()
-
-
-def broker_info(b: st.Broker) -> metadata_pb2.BrokerInfo:
-    return metadata_pb2.BrokerInfo(
-        broker_id=b.broker_id,
-        host=b.host,
-        port=b.port,
-        rack=b.rack,
-        broker_epoch=b.epoch,
-        metrics_url=b.metrics_url,
-    )
 
 
 def _log_task_end(task: asyncio.Task[Any]) -> None:

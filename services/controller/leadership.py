@@ -1,65 +1,208 @@
-"""Partition leader election: which broker leads, and the ISR, given the live brokers.
+"""Partition leadership decisions: pure functions (no I/O) used by the controller's event
+loop and tested directly.
 
-A pure function (no I/O) used by the controller's event loop and tested directly.
+Vocabulary: ``replicas`` is the partition's replica list (``replicas[0]`` is the preferred
+leader); ``live`` the brokers registered in etcd; ``shutting`` the live brokers in controlled
+shutdown (alive, but never elected and dropped from ISRs). Every function returns the
+partition's *next* state, or None when nothing changes; a returned state keeps
+``current.mod_revision`` (the value the fenced write compares).
+
+Epoch rules (Kafka's): ``leader_epoch`` + 1 on every leader change (including to -1);
+``partition_epoch`` + 1 on every change of anything; ``controller_epoch`` = the writer's.
+
+Invariants: a leader is elected only from the ISR (ISR ∩ eligible, in replica order so the
+preferred replica wins when it qualifies) unless unclean election is enabled for the topic
+and no ISR member is eligible; then any eligible replica, with ISR = [it]. With no eligible
+candidate the leader becomes -1 and the ISR is kept, so that its last members are the ones
+elected when they return.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Iterable, Mapping
 
+from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import state as st
+
+NO_SHUTDOWN: frozenset[int] = frozenset()
+
+
+def _changed(
+    current: st.PartitionState,
+    controller_epoch: int,
+    *,
+    leader: int | None = None,
+    isr: tuple[int, ...] | None = None,
+) -> st.PartitionState:
+    new_leader = current.leader if leader is None else leader
+    return dataclasses.replace(
+        current,
+        leader=new_leader,
+        leader_epoch=current.leader_epoch + (new_leader != current.leader),
+        isr=current.isr if isr is None else isr,
+        partition_epoch=current.partition_epoch + 1,
+        controller_epoch=controller_epoch,
+    )
 
 
 def elect(
     replicas: list[int],
     current: st.PartitionState | None,
-    live: set[int],
+    live: Collection[int],
     controller_epoch: int,
     *,
     unclean: bool = False,
+    shutting: Collection[int] = NO_SHUTDOWN,
 ) -> st.PartitionState | None:
-    """The partition's next state given the live brokers, or None when nothing changes.
+    """The partition's next state given the live brokers (the broker-change election).
 
-    ``current`` None: a new partition (leader = first live replica, ISR = live replicas).
-    The returned state keeps ``current.mod_revision`` (the value the write compares).
+    ``current`` None: a new partition (leader = first eligible replica, ISR = eligible
+    replicas, or every replica when none is alive). A healthy leader keeps leading and only
+    dead (or shutting-down) members leave its ISR. A leader in controlled shutdown with no
+    eligible successor keeps leading (ControlledShutdown reports it as remaining).
     """
+    eligible = [r for r in replicas if r in live and r not in shutting]
     if current is None:
-        alive = [r for r in replicas if r in live]
         return st.PartitionState(
-            leader=alive[0] if alive else -1,
+            leader=eligible[0] if eligible else -1,
             leader_epoch=0,
-            isr=tuple(alive or replicas),
+            isr=tuple(eligible or replicas),
             partition_epoch=0,
             controller_epoch=controller_epoch,
         )
-    pe = current.partition_epoch + 1
-    if current.leader in live:
-        isr = tuple(b for b in current.isr if b in live)
-        if isr == current.isr:
+    in_isr = tuple(b for b in current.isr if b in eligible)
+    if current.leader in eligible:
+        if in_isr == current.isr:
             return None
-        return dataclasses.replace(
-            current, isr=isr, partition_epoch=pe, controller_epoch=controller_epoch
-        )
-    candidates = [r for r in replicas if r in current.isr and r in live]
-    isr = tuple(b for b in current.isr if b in live)
-    if not candidates and unclean:
-        candidates = [r for r in replicas if r in live]
-        isr = tuple(candidates[:1])
+        return _changed(current, controller_epoch, isr=in_isr)
+    candidates = [r for r in eligible if r in current.isr]
     if candidates:
-        return dataclasses.replace(
-            current,
-            leader=candidates[0],
-            leader_epoch=current.leader_epoch + 1,
-            isr=isr,
-            partition_epoch=pe,
-            controller_epoch=controller_epoch,
-        )
+        return _changed(current, controller_epoch, leader=candidates[0], isr=in_isr)
+    if current.leader in live:  # shutting down, nobody to take over: stays for now
+        return None
+    if unclean and eligible:
+        return _changed(current, controller_epoch, leader=eligible[0], isr=(eligible[0],))
     if current.leader == -1:
         return None
-    return dataclasses.replace(
-        current,
-        leader=-1,
-        leader_epoch=current.leader_epoch + 1,
-        partition_epoch=pe,
-        controller_epoch=controller_epoch,
-    )
+    return _changed(current, controller_epoch, leader=-1)
+
+
+def shutdown_move(
+    replicas: list[int],
+    current: st.PartitionState,
+    live: Collection[int],
+    shutting: Collection[int],
+    controller_epoch: int,
+) -> st.PartitionState | None:
+    """ControlledShutdown of the brokers in ``shutting``: leadership moves to another live ISR
+    member; a shutting-down follower leaves the ISR when others remain in it. A shutting-down
+    leader with no other live ISR member keeps leading (None)."""
+    eligible = [r for r in replicas if r in live and r not in shutting]
+    if current.leader in shutting:
+        candidates = [r for r in eligible if r in current.isr]
+        if not candidates:
+            return None
+        isr = tuple(b for b in current.isr if b not in shutting)
+        return _changed(current, controller_epoch, leader=candidates[0], isr=isr)
+    isr = tuple(b for b in current.isr if b not in shutting)
+    if isr == current.isr or not isr:
+        return None
+    return _changed(current, controller_epoch, isr=isr)
+
+
+def elect_preferred(
+    replicas: list[int],
+    current: st.PartitionState,
+    live: Collection[int],
+    controller_epoch: int,
+    *,
+    shutting: Collection[int] = NO_SHUTDOWN,
+) -> tuple[st.PartitionState | None, int, str]:
+    """Preferred-replica election: ``(new state or None, ErrorCode, message)``.
+
+    ELECTION_NOT_NEEDED when ``replicas[0]`` already leads; PREFERRED_LEADER_NOT_AVAILABLE
+    when it is not alive or not in the ISR (leadership is never moved outside the ISR)."""
+    preferred = replicas[0]
+    if current.leader == preferred:
+        return None, ErrorCode.ELECTION_NOT_NEEDED, f"broker {preferred} already leads"
+    if preferred not in live or preferred in shutting:
+        return (
+            None,
+            ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+            f"preferred leader {preferred} is not alive",
+        )
+    if preferred not in current.isr:
+        return (
+            None,
+            ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+            f"preferred leader {preferred} is not in the ISR {list(current.isr)}",
+        )
+    return _changed(current, controller_epoch, leader=preferred), ErrorCode.NONE, ""
+
+
+def elect_unclean(
+    replicas: list[int],
+    current: st.PartitionState,
+    live: Collection[int],
+    controller_epoch: int,
+    *,
+    shutting: Collection[int] = NO_SHUTDOWN,
+) -> tuple[st.PartitionState | None, int, str]:
+    """Operator-requested unclean election of an offline partition: a live ISR member if one
+    exists (clean), else any live replica with ISR = [it] — possibly losing committed records.
+    ELECTION_NOT_NEEDED when the partition has a live leader."""
+    if current.leader in live:
+        return None, ErrorCode.ELECTION_NOT_NEEDED, f"broker {current.leader} leads"
+    new = elect(replicas, current, live, controller_epoch, unclean=True, shutting=shutting)
+    if new is None or new.leader == -1:
+        return (
+            None,
+            ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+            f"no live replica among {replicas}",
+        )
+    return new, ErrorCode.NONE, ""
+
+
+def imbalanced_brokers(
+    leaders: Iterable[tuple[list[int], int]], threshold_percent: float = 10.0
+) -> set[int]:
+    """Brokers whose leader imbalance ratio exceeds ``threshold_percent`` (Kafka's
+    ``leader.imbalance.per.broker.percentage``): of the partitions whose preferred replica is
+    the broker, the share it does not lead. ``leaders``: (replicas, leader) per partition."""
+    preferred: dict[int, int] = {}
+    not_led: dict[int, int] = {}
+    for replicas, leader in leaders:
+        if not replicas:
+            continue
+        b = replicas[0]
+        preferred[b] = preferred.get(b, 0) + 1
+        if leader != b:
+            not_led[b] = not_led.get(b, 0) + 1
+    return {b for b, n in preferred.items() if 100.0 * not_led.get(b, 0) / n > threshold_percent}
+
+
+def check_isr_change(
+    replicas: list[int],
+    current: st.PartitionState,
+    new_isr: list[int],
+    live: Mapping[int, object] | Collection[int],
+    shutting: Collection[int] = NO_SHUTDOWN,
+) -> str | None:
+    """Why an AlterPartition ISR is invalid (INVALID_REQUEST), or None when it is valid:
+    non-empty, no duplicates, a subset of the replicas, containing the leader, and every
+    member being *added* alive and not shutting down (Kafka's ineligible replica rule)."""
+    if not new_isr:
+        return "the new ISR is empty"
+    if len(set(new_isr)) != len(new_isr):
+        return f"the new ISR {new_isr} has duplicates"
+    outside = [b for b in new_isr if b not in replicas]
+    if outside:
+        return f"brokers {outside} in the new ISR are not replicas {replicas}"
+    if current.leader not in new_isr:
+        return f"the new ISR {new_isr} does not contain the leader {current.leader}"
+    added = [b for b in new_isr if b not in current.isr]
+    ineligible = [b for b in added if b not in live or b in shutting]
+    if ineligible:
+        return f"brokers {ineligible} cannot join the ISR (not alive or shutting down)"
+    return None

@@ -1,9 +1,12 @@
 """The ``headwater.v1.Controller`` gRPC servicer.
 
-Mutations (CreateTopics, DeleteTopics, CreatePartitions, AlterTopicConfigs) run as commands on
-the controller's event loop (:mod:`services.controller.topics`); a standby answers them with
-NOT_CONTROLLER naming the active controller when known. DescribeCluster reads etcd directly,
-so any controller (active or standby) answers it.
+Mutations run as commands on the controller's event loop: topic commands
+(:mod:`services.controller.topics`), AlterPartition / ControlledShutdown / ElectLeaders
+(:mod:`services.controller.operations`) and reassignments
+(:mod:`services.controller.reassignment`). A standby answers admin mutations with a
+NOT_CONTROLLER status naming the active controller when known; the broker-originated control
+RPCs (AlterPartition, ControlledShutdown) carry NOT_CONTROLLER in-band (``error_code``), like
+every control-RPC rejection. DescribeCluster reads etcd directly, so any controller answers it.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import grpc
 from headwater import errors
 from headwater import etcd as hetcd
 from headwater.v1 import controller_pb2, controller_pb2_grpc
+from headwater.v1.errors_pb2 import ErrorCode
+from services.controller import operations, reassignment, topics
 from services.controller import state as st
-from services.controller import topics
 from services.controller.election import LeaderInfo
-from services.controller.events import ControllerLoop, broker_info
+from services.controller.events import ControllerLoop
+from services.controller.requests import broker_info
 
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
@@ -62,6 +67,54 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     ) -> controller_pb2.AlterTopicConfigsResponse:
         self._require_active()
         return await self._loop.submit(lambda loop: topics.alter_topic_configs(loop, request))
+
+    async def AlterPartition(
+        self, request: controller_pb2.AlterPartitionRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.AlterPartitionResponse:
+        try:
+            self._require_active()
+            return await self._loop.submit(lambda loop: operations.alter_partition(loop, request))
+        except errors.NotControllerError:
+            return controller_pb2.AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
+
+    async def ControlledShutdown(
+        self, request: controller_pb2.ControlledShutdownRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.ControlledShutdownResponse:
+        try:
+            self._require_active()
+            return await self._loop.submit(
+                lambda loop: operations.controlled_shutdown(loop, request)
+            )
+        except errors.NotControllerError as exc:
+            return controller_pb2.ControlledShutdownResponse(
+                error_code=ErrorCode.NOT_CONTROLLER, error_message=exc.message
+            )
+
+    async def ElectLeaders(
+        self, request: controller_pb2.ElectLeadersRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.ElectLeadersResponse:
+        self._require_active()
+        return await self._loop.submit(lambda loop: operations.elect_leaders(loop, request))
+
+    async def AlterPartitionReassignments(
+        self,
+        request: controller_pb2.AlterPartitionReassignmentsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> controller_pb2.AlterPartitionReassignmentsResponse:
+        self._require_active()
+        return await self._loop.submit(
+            lambda loop: reassignment.alter_partition_reassignments(loop, request)
+        )
+
+    async def ListPartitionReassignments(
+        self,
+        request: controller_pb2.ListPartitionReassignmentsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> controller_pb2.ListPartitionReassignmentsResponse:
+        self._require_active()
+        return await self._loop.submit(
+            lambda loop: reassignment.list_partition_reassignments(loop, request)
+        )
 
     async def DescribeCluster(
         self, request: controller_pb2.DescribeClusterRequest, context: grpc.aio.ServicerContext

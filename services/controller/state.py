@@ -9,7 +9,10 @@ Layout (docs/architecture.md; values JSON unless noted)::
                                         (broker's lease; create revision = broker epoch)
     /headwater/topics/<name>            {"topic_id", "partitions": {"0": [ids]}, "configs"}
     /headwater/partitions/<topic>/<p>   {"leader", "leader_epoch", "isr", "partition_epoch",
-                                         "controller_epoch"}
+                                         "controller_epoch"[, "adding_replicas",
+                                         "removing_replicas"]}  (the last two only while a
+                                         reassignment runs; the topic key then holds
+                                         target + original replicas)
 
 A topic exists once its topic key exists (the commit point of CreateTopics); partition state
 keys are written after it, and a controller loading state initialises any that are missing.
@@ -21,9 +24,10 @@ compare its mod revision with the one the writer read (:func:`fenced_write`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from headwater import etcd as hetcd
@@ -132,7 +136,11 @@ class Topic:
 
 @dataclass(frozen=True)
 class PartitionState:
-    """Leadership of one partition; ``mod_revision`` of its etcd key (0: not written yet)."""
+    """Leadership of one partition; ``mod_revision`` of its etcd key (0: not written yet).
+
+    ``adding_replicas`` / ``removing_replicas``: an ongoing reassignment (KIP-455), empty
+    otherwise; while one runs the topic's replica list is target + the original replicas.
+    """
 
     leader: int
     leader_epoch: int
@@ -140,17 +148,25 @@ class PartitionState:
     partition_epoch: int
     controller_epoch: int
     mod_revision: int = 0
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "leader": self.leader,
-                "leader_epoch": self.leader_epoch,
-                "isr": list(self.isr),
-                "partition_epoch": self.partition_epoch,
-                "controller_epoch": self.controller_epoch,
-            }
-        ).encode()
+        d: dict[str, object] = {
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "isr": list(self.isr),
+            "partition_epoch": self.partition_epoch,
+            "controller_epoch": self.controller_epoch,
+        }
+        if self.reassigning:
+            d["adding_replicas"] = list(self.adding_replicas)
+            d["removing_replicas"] = list(self.removing_replicas)
+        return json.dumps(d).encode()
 
     @staticmethod
     def decode(raw: bytes, mod_revision: int) -> PartitionState:
@@ -162,6 +178,8 @@ class PartitionState:
             partition_epoch=int(d["partition_epoch"]),
             controller_epoch=int(d["controller_epoch"]),
             mod_revision=mod_revision,
+            adding_replicas=tuple(int(b) for b in d.get("adding_replicas") or ()),
+            removing_replicas=tuple(int(b) for b in d.get("removing_replicas") or ()),
         )
 
 
@@ -249,23 +267,59 @@ async def write_partition_states(
     topic: str,
     states: dict[int, PartitionState],
 ) -> dict[int, PartitionState]:
-    """Write many partition states in chunks of :data:`TXN_CHUNK`, each chunk fenced by the
-    epoch and, per key, by its mod revision (``mod_revision == 0``: the key must be absent).
-    Returns the states with their new mod revisions."""
-    out: dict[int, PartitionState] = {}
+    """Write one topic's partition states (see :func:`write_states`)."""
+    written = await write_states(etcd, epoch, {(topic, p): s for p, s in states.items()})
+    return {p: s for (_, p), s in written.items()}
+
+
+async def write_states(
+    etcd: hetcd.Etcd,
+    epoch: int,
+    states: Mapping[tuple[str, int], PartitionState],
+) -> dict[tuple[str, int], PartitionState]:
+    """Write many partition states (of any topics) in transactions of :data:`TXN_CHUNK`
+    puts, each fenced by the epoch and, per key, by its mod revision (``mod_revision == 0``:
+    the key must be absent). Returns the states with their new mod revisions. A chunk that
+    fails its comparison raises FencedError; earlier chunks stay written (each is whole)."""
+    out: dict[tuple[str, int], PartitionState] = {}
     items = sorted(states.items())
     for i in range(0, len(items), TXN_CHUNK):
         chunk = items[i : i + TXN_CHUNK]
-        compare = [
-            hetcd.cmp_mod(partition_key(topic, p), "==", s.mod_revision)
-            if s.mod_revision
-            else hetcd.cmp_absent(partition_key(topic, p))
-            for p, s in chunk
-        ]
-        ops = [hetcd.op_put(partition_key(topic, p), s.encode()) for p, s in chunk]
+        compare = [_cmp_partition(t, p, s.mod_revision) for (t, p), s in chunk]
+        ops = [hetcd.op_put(partition_key(t, p), s.encode()) for (t, p), s in chunk]
         rev = await fenced_write(etcd, epoch, compare, ops)
-        for p, s in chunk:
-            out[p] = PartitionState(
-                s.leader, s.leader_epoch, s.isr, s.partition_epoch, s.controller_epoch, rev
-            )
+        for key, s in chunk:
+            out[key] = dataclasses.replace(s, mod_revision=rev)
     return out
+
+
+def _cmp_partition(topic: str, p: int, mod_revision: int) -> hetcd.Compare:
+    key = partition_key(topic, p)
+    return hetcd.cmp_mod(key, "==", mod_revision) if mod_revision else hetcd.cmp_absent(key)
+
+
+async def write_topic_and_state(
+    etcd: hetcd.Etcd,
+    epoch: int,
+    before: Topic,
+    after: Topic,
+    partition: int,
+    state: PartitionState,
+) -> tuple[Topic, PartitionState]:
+    """One fenced transaction replacing a topic's key (compared with ``before``'s mod
+    revision) and one partition state (compared with its own): a reassignment step, where
+    the replica list and the adding/removing sets must change together."""
+    rev = await fenced_write(
+        etcd,
+        epoch,
+        [
+            hetcd.cmp_mod(topic_key(before.name), "==", before.mod_revision),
+            _cmp_partition(before.name, partition, state.mod_revision),
+        ],
+        [
+            hetcd.op_put(topic_key(after.name), after.encode()),
+            hetcd.op_put(partition_key(after.name, partition), state.encode()),
+        ],
+    )
+    after = dataclasses.replace(after, mod_revision=rev)
+    return after, dataclasses.replace(state, mod_revision=rev)
