@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.fault.harness.checker import BatchInfo, Read, check, compare_replicas
 from tests.fault.harness.history import History, from_tuples, load
 
@@ -106,7 +108,7 @@ def test_divergent_replicas_below_hw_only() -> None:
     assert len(r.divergent) == 1 and "divergent replicas: 1" in r.summary()
 
 
-def test_open_invocation_counts_as_unknown(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_open_invocation_counts_as_unknown(tmp_path: Path) -> None:
     h = History()
     inv = h.invoke(0, "produce", "w-0", 0)
     h.invoke(1, "produce", "w-1", 0)  # never completes (the run ended with it in flight)

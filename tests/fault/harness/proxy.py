@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal
 
 State = Literal["open", "cut", "hung"]
 Target = Callable[[], tuple[str, int] | None]
@@ -140,10 +140,9 @@ class ProxyHub:
         self._thread = threading.Thread(target=self.loop.run_forever, name="proxy-hub", daemon=True)
         self._thread.start()
 
-    def call(self, coro: object, timeout: float = 10.0) -> object:
+    def call(self, coro: Coroutine[Any, Any, None], timeout: float = 10.0) -> None:
         """Run ``coro`` on the hub's loop and wait for it."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-        return fut.result(timeout)
+        asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def link(self, name: str, target: Target) -> LinkProxy:
         """A new proxy called ``name`` forwarding to ``target()`` (started, port known)."""
