@@ -12,7 +12,16 @@ import os
 import sys
 from collections.abc import Sequence
 
-from headwater.cli import bench, common, consume, metadata_cmd, produce, topics
+from headwater.cli import (
+    bench,
+    cluster_cmd,
+    common,
+    consume,
+    metadata_cmd,
+    partitions_cmd,
+    produce,
+    topics,
+)
 from headwater.errors import HeadwaterError
 
 
@@ -32,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output", choices=["text", "json"], default="text")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (topics, produce, consume, bench, metadata_cmd):
+    for module in (topics, produce, consume, bench, metadata_cmd, cluster_cmd, partitions_cmd):
         module.register(sub)
     sub.add_parser("dev", help="run a local cluster (see `headwater dev --help`)", add_help=False)
     return parser

@@ -9,6 +9,12 @@ Finding the controller, in order:
 
 A NOT_CONTROLLER answer (a standby controller) triggers one rediscovery through step 2.
 Per-topic failures come back as typed exceptions from :mod:`headwater.errors`.
+
+Operations (issue 3): :meth:`AsyncAdminClient.elect_leaders` returns one
+:class:`ElectionResult` per partition (ELECTION_NOT_NEEDED is a normal outcome, so errors are
+reported per partition, not raised); :meth:`AsyncAdminClient.alter_partition_reassignments`
+raises the first partition's error; :meth:`AsyncAdminClient.list_partition_reassignments`
+shows progress.
 """
 
 from __future__ import annotations
@@ -84,6 +90,47 @@ class ClusterDescription:
     controller_id: int
     controller_epoch: int
     brokers: tuple[BrokerDescription, ...]
+
+
+@dataclass(frozen=True)
+class ElectionResult:
+    """One partition's election outcome: the leader now, and the error (None: elected)."""
+
+    topic: str
+    partition: int
+    leader: int
+    error: errors.HeadwaterError | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "leader": self.leader,
+            "error": self.error.code_name() if self.error else None,
+            "message": self.error.message if self.error else "",
+        }
+
+
+@dataclass(frozen=True)
+class Reassignment:
+    """An ongoing reassignment: ``replicas`` is target + original while it runs."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "replicas": list(self.replicas),
+            "adding_replicas": list(self.adding_replicas),
+            "removing_replicas": list(self.removing_replicas),
+            "isr": list(self.isr),
+        }
 
 
 def _raise_result(result: controller_pb2.TopicResult) -> None:
@@ -233,6 +280,72 @@ class AsyncAdminClient:
             resp.controller_epoch,
             tuple(BrokerDescription(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers),
         )
+
+    async def elect_leaders(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        election_type: str = "preferred",
+    ) -> list[ElectionResult]:
+        """Preferred (default) or unclean leader election for ``partitions`` (None: every
+        partition). Per-partition outcomes; nothing is raised for them."""
+        types = {
+            "preferred": controller_pb2.ElectionType.PREFERRED,
+            "unclean": controller_pb2.ElectionType.UNCLEAN,
+        }
+        if election_type not in types:
+            raise errors.InvalidRequestError(
+                f"election type must be preferred or unclean, not {election_type!r}"
+            )
+        req = controller_pb2.ElectLeadersRequest(
+            election_type=types[election_type],
+            partitions=[
+                controller_pb2.TopicPartitionRef(topic=t, partition=p) for t, p in partitions or ()
+            ],
+        )
+        resp = await self._call("ElectLeaders", req)
+        self._metadata.request_update()
+        return [
+            ElectionResult(
+                r.topic,
+                r.partition,
+                r.leader,
+                errors.error_for_code(r.error_code, r.error_message),
+            )
+            for r in resp.partitions
+        ]
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition | tuple[str, int], Sequence[int] | None]
+    ) -> None:
+        """Start (replica list) or cancel (None or empty) reassignments; raises the first
+        partition's error (the others of the request are still applied)."""
+        req = controller_pb2.AlterPartitionReassignmentsRequest(
+            partitions=[
+                controller_pb2.ReassignmentTarget(topic=t, partition=p, replicas=list(r or ()))
+                for (t, p), r in targets.items()
+            ]
+        )
+        resp = await self._call("AlterPartitionReassignments", req)
+        self._metadata.request_update()
+        for r in resp.partitions:
+            errors.raise_for_code(r.error_code, r.error_message or f"{r.topic}-{r.partition}")
+
+    async def list_partition_reassignments(self) -> list[Reassignment]:
+        resp = await self._call(
+            "ListPartitionReassignments", controller_pb2.ListPartitionReassignmentsRequest()
+        )
+        return [
+            Reassignment(
+                r.topic,
+                r.partition,
+                tuple(r.replicas),
+                tuple(r.adding_replicas),
+                tuple(r.removing_replicas),
+                tuple(r.isr),
+            )
+            for r in resp.reassignments
+        ]
 
     # ------------------------------------------------------------ broker-side reads
 

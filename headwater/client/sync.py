@@ -20,7 +20,9 @@ from headwater.client.accumulator import Header
 from headwater.client.admin import (
     AsyncAdminClient,
     ClusterDescription,
+    ElectionResult,
     NewTopic,
+    Reassignment,
     TopicDescription,
 )
 from headwater.client.consumer import AsyncConsumer
@@ -250,6 +252,26 @@ class AdminClient:
         delete: Iterable[str] = (),
     ) -> None:
         self._lt.run(self._a.alter_topic_configs(topic, set_configs, list(delete)))
+
+    def elect_leaders(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        election_type: str = "preferred",
+    ) -> list[ElectionResult]:
+        return self._lt.run(
+            self._a.elect_leaders(
+                list(partitions) if partitions is not None else None, election_type=election_type
+            )
+        )
+
+    def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition | tuple[str, int], Sequence[int] | None]
+    ) -> None:
+        self._lt.run(self._a.alter_partition_reassignments(targets))
+
+    def list_partition_reassignments(self) -> list[Reassignment]:
+        return self._lt.run(self._a.list_partition_reassignments())
 
     def describe_cluster(self) -> ClusterDescription:
         return self._lt.run(self._a.describe_cluster())

@@ -3,9 +3,12 @@
 Prints, each on a line of its own and flushed::
 
     bootstrap: 127.0.0.1:PORT
-    metrics: controller-1 http://127.0.0.1:PORT/metrics
+    metrics: controller-1 http://127.0.0.1:PORT/metrics   (one line per process)
     metrics: broker-1 http://127.0.0.1:PORT/metrics
+    controllers: 127.0.0.1:PORT,127.0.0.1:PORT
     logs: /abs/path/data/logs
+
+Defaults: 3 brokers and 2 controllers (``--brokers N --controllers M``).
 
 then waits. Ctrl-C (SIGINT) or SIGTERM stops every child by PID (brokers, controllers, etcd)
 and exits 0. Data stays in ``--data-dir`` so the next run continues where this one stopped.
@@ -30,8 +33,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         description="Start etcd, controller(s) and broker(s) as child processes on 127.0.0.1.",
     )
     ap.add_argument("--data-dir", type=Path, default=Path("./data"), help="default ./data")
-    ap.add_argument("--brokers", type=int, default=1)
-    ap.add_argument("--controllers", type=int, default=1)
+    ap.add_argument("--brokers", type=int, default=3, help="default 3")
+    ap.add_argument(
+        "--controllers", type=int, default=2, help="default 2 (one active, one standby)"
+    )
     ap.add_argument("--log-dirs-per-broker", type=int, default=1)
     ap.add_argument("--racks", default="", help="comma-separated rack per broker (optional)")
     ap.add_argument("--startup-timeout", type=float, default=90.0, help="seconds")
@@ -45,8 +50,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def run_dev(
     data_dir: Path,
     *,
-    brokers: int = 1,
-    controllers: int = 1,
+    brokers: int = 3,
+    controllers: int = 2,
     log_dirs_per_broker: int = 1,
     racks: list[str] | None = None,
     startup_timeout: float = 90.0,
