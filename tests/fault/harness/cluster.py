@@ -200,3 +200,26 @@ async def wait_partition(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last {last}")
         await asyncio.sleep(0.1)
+
+
+async def active_controller(etcd_endpoint: str) -> int | None:
+    """The id of the controller holding ``/headwater/controller/leader`` (None: none yet)."""
+    client = await hetcd.Etcd.connect(etcd_endpoint)
+    try:
+        got = await client.get("/headwater/controller/leader")
+    finally:
+        await client.close()
+    return None if got is None else int(json.loads(got[0])["controller_id"])
+
+
+async def topic_states(etcd_endpoint: str, topic: str) -> dict[int, dict[str, Any]]:
+    """partition -> its etcd state, for every partition key of ``topic`` present."""
+    client = await hetcd.Etcd.connect(etcd_endpoint)
+    try:
+        snap = await client.get_prefix(f"/headwater/partitions/{topic}/")
+    finally:
+        await client.close()
+    out: dict[int, dict[str, Any]] = {}
+    for kv in snap.items:
+        out[int(kv.key.rsplit("/", 1)[1])] = dict(json.loads(kv.value))
+    return out
