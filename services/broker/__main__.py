@@ -1,7 +1,9 @@
 """``python -m services.broker``: run one broker process.
 
     python -m services.broker --broker-id N --host 127.0.0.1 --port P --data-dirs d1[,d2] \
-        --etcd HOST:PORT --metrics-port M [--rack R] [--ready-file F] [--log-level INFO]
+        --etcd HOST:PORT --metrics-port M [--rack R] [--ready-file F] [--log-level INFO] \
+        [--peer-override ID=HOST:PORT ...] [--replica-lag-time-max-ms MS] \
+        [--controlled-shutdown-timeout-s S]
 
 ``--port 0`` / ``--metrics-port 0`` pick free ports; with ``--ready-file`` the chosen ones are
 written there as JSON ``{"port": P, "metrics_port": M}`` (atomically) once the broker serves
@@ -17,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+from services.broker.replication.peers import parse_overrides
 from services.broker.server import BrokerSettings, serve
 
 
@@ -33,12 +36,37 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
     ap.add_argument("--rack", default="")
     ap.add_argument("--ready-file", type=Path, default=None)
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument(
+        "--peer-override",
+        action="append",
+        default=[],
+        metavar="ID=HOST:PORT",
+        help="connect to broker ID at HOST:PORT for replication (repeatable; clients unaffected)",
+    )
+    ap.add_argument(
+        "--replica-lag-time-max-ms",
+        type=int,
+        default=10_000,
+        help="a follower not caught up for this long leaves the ISR",
+    )
+    ap.add_argument(
+        "--controlled-shutdown-timeout-s",
+        type=float,
+        default=10.0,
+        help="how long SIGTERM waits for the controller to move leaderships away (0: skip)",
+    )
     a = ap.parse_args(argv)
     dirs = [Path(d) for d in a.data_dirs.split(",") if d.strip()]
     if not dirs:
         ap.error("--data-dirs needs at least one directory")
     if a.broker_id < 0:
         ap.error("--broker-id must be >= 0")
+    if a.replica_lag_time_max_ms <= 0:
+        ap.error("--replica-lag-time-max-ms must be positive")
+    try:
+        overrides = parse_overrides(a.peer_override)
+    except ValueError as exc:
+        ap.error(str(exc))
     logging.basicConfig(
         level=a.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s [broker %(broker_id)s] %(message)s".replace(
@@ -54,6 +82,9 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         metrics_port=a.metrics_port,
         rack=a.rack,
         ready_file=a.ready_file,
+        peer_overrides=overrides,
+        replica_lag_time_max_ms=a.replica_lag_time_max_ms,
+        controlled_shutdown_s=a.controlled_shutdown_timeout_s,
     )
 
 

@@ -59,6 +59,18 @@ class MetadataCache:
     def cluster_id(self) -> str:
         return self._snap.cluster_id
 
+    @property
+    def controller(self) -> metadata_pb2.BrokerInfo | None:
+        """The active controller's endpoint as last pushed (None when unknown)."""
+        return self._snap.controller
+
+    def broker(self, broker_id: int) -> metadata_pb2.BrokerInfo | None:
+        """A live broker as last pushed (address, rack, epoch), or None."""
+        for b in self._snap.brokers:
+            if b.broker_id == broker_id:
+                return b
+        return None
+
     def topic(self, name: str) -> metadata_pb2.TopicMetadata | None:
         return self._snap.topics.get(name)
 

@@ -1,24 +1,36 @@
-"""One partition hosted by this broker: its Log, leadership state and high watermark.
+"""One partition hosted by this broker: its Log, leadership state, followers and high watermark.
 
 Ownership and threads:
 
 * A ``Partition`` object lives on the broker's event loop. Leadership state (``role``,
-  ``leader_epoch``, ``isr``, ...) is changed only by the replica manager's control path
-  (LeaderAndIsr / StopReplica, which are serialised by the replica manager).
-* Appends are serialised per partition by ``_append_lock`` (one writer at a time); the blocking
-  ``Log.append`` runs in a worker thread. Nothing else mutates the log except the replica
-  manager's retention/flush passes, which take the same lock (see ``run_exclusive``).
+  ``leader_epoch``, ``partition_epoch``, ``replicas``, ``isr``) is changed only by the replica
+  manager's control path (LeaderAndIsr / StopReplica, serialised by the replica manager) via
+  :meth:`become_leader` / :meth:`become_follower`, and — for the ISR alone — by the ISR
+  manager when the controller accepted an AlterPartition (:meth:`apply_isr_change`). The ISR is
+  never changed locally first: a proposal sits in ``pending_isr`` until the controller answers.
+* Every log mutation runs as "the writer" under ``_append_lock``, in a worker thread: leader
+  appends, follower appends and truncations (the follower fetcher), retention/flush/close
+  (``run_exclusive``). Role changes take the same lock, so an in-flight follower append can
+  never land after this replica became leader, nor a leader append after it became follower.
 * Reads (``read``, ``offset_for_timestamp``) run in worker threads concurrently with the
   writer; the storage contract guarantees they see a consistent prefix.
-* ``high_watermark`` is advanced only on the loop, after an append returns (or, with
-  followers, when a replica's fetch position is reported via ``update_replica_end``).
 
-High watermark: the smallest log end offset among the ISR members whose end offset the
-leader knows. The leader always knows its own; followers report theirs by fetching (follower
-fetching arrives with replication). With ISR == [self] the HW is the log end offset after each
-append. Fetch streams of consumers read up to the HW and wait on ``changed()``: an
-``asyncio.Event`` replaced after every HW advance or state change, so a waiter captures the
-current event, checks its condition, and awaits the event without missing a wake-up.
+High watermark (leader): ``HW = min LEO over the ISR`` (the leader's own LEO included; while an
+ISR expansion is pending, over the ISR plus the joining replica, as Kafka's "maximal ISR"). It
+never moves back, and — Headwater's rule from issue 3 — it does **not advance while the ISR
+has fewer than min.insync.replicas members**: records written with acks=0/1 while the ISR is
+too small stay invisible to consumers until enough replicas have them again. A follower's LEO
+is what it last asked to fetch from. A follower's own HW is ``min(leader's HW, its LEO)``.
+
+Follower progress for the ISR (Kafka's rule): a follower is caught up at time ``t`` when a
+fetch at ``t`` asked for the leader's LEO; a fetch that reached the leader's LEO *as of the
+previous fetch* makes it caught up as of that previous fetch. ``out_of_sync`` lists ISR
+followers not caught up within ``replica.lag.time.max.ms``.
+
+Notifications: ``changed()`` (HW advance or state change; consumer fetch streams and acks=all
+waiters) and ``appended()`` (any leader append or state change; replica fetch long-polls). Both
+are ``asyncio.Event``s replaced when fired, so a waiter captures the event, checks its
+condition, then awaits, without missing a wake-up.
 """
 
 from __future__ import annotations
@@ -26,13 +38,14 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from headwater.batch import BatchHeader
+from headwater.batch import BatchHeader, iter_headers
 from headwater.config import TopicConfig
 from headwater.errors import (
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
@@ -64,6 +77,27 @@ class ProduceResult:
     size: int
 
 
+@dataclass
+class FollowerState:
+    """What the leader knows about one follower (leader role only)."""
+
+    leo: int = -1  # -1: has not fetched in this leader epoch
+    last_caught_up_ms: float = 0.0
+    last_fetch_ms: float = 0.0
+    last_fetch_leader_leo: int = -1
+
+
+@dataclass(frozen=True)
+class LeaderState:
+    """A partition's state as the controller wrote it (LeaderAndIsr / AlterPartition)."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
 class Partition:
     """A partition replica: the Log plus leader epoch, ISR and high watermark."""
 
@@ -81,18 +115,24 @@ class Partition:
         self.isr: tuple[int, ...] = ()
         self.topic_id = ""
         self.high_watermark = 0
-        #: log end offsets of replicas as known to the leader (its own is always current).
-        self._replica_end: dict[int, int] = {}
+        #: an ISR change sent to the controller and not answered yet (one at a time).
+        self.pending_isr: tuple[int, ...] | None = None
+        self.followers: dict[int, FollowerState] = {}
+        #: the log end offset when this replica became leader of the current epoch.
+        self._epoch_start_offset = 0
         self._append_lock = asyncio.Lock()
         self._changed = asyncio.Event()
-
-    # ------------------------------------------------------------------ state (control path)
+        self._appended = asyncio.Event()
 
     def __repr__(self) -> str:
         return (
             f"Partition({self.topic}-{self.partition} {self.role.value} "
             f"epoch={self.leader_epoch} hw={self.high_watermark})"
         )
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
 
     @property
     def is_leader(self) -> bool:
@@ -106,41 +146,81 @@ class Partition:
     def log_end_offset(self) -> int:
         return int(self.log.log_end_offset)
 
-    def apply_state(
-        self,
-        *,
-        leader: int,
-        leader_epoch: int,
-        partition_epoch: int,
-        replicas: Sequence[int],
-        isr: Sequence[int],
-    ) -> None:
-        """Become leader or follower as the controller says (caller checked the epochs)."""
-        self.leader_id = leader
-        self.leader_epoch = leader_epoch
-        self.partition_epoch = partition_epoch
-        self.replicas = tuple(replicas)
-        self.isr = tuple(isr)
-        self.role = Role.LEADER if leader == self.broker_id else Role.FOLLOWER
-        if self.is_leader:
-            self._replica_end = {r: e for r, e in self._replica_end.items() if r in self.isr}
-            self._replica_end[self.broker_id] = self.log_end_offset
-            if set(self.isr) <= {self.broker_id}:
-                # Sole in-sync replica: everything in the local log is committed.
-                self.high_watermark = max(self.high_watermark, self.log_end_offset)
+    # ------------------------------------------------------------------ state (control path)
+
+    def _set_state(self, s: LeaderState) -> None:
+        self.leader_id = s.leader
+        self.leader_epoch = s.leader_epoch
+        self.partition_epoch = s.partition_epoch
+        self.replicas = s.replicas
+        self.isr = s.isr
+        self.pending_isr = None
+
+    async def become_leader(self, s: LeaderState, now_ms: float) -> bool:
+        """Lead as the controller says; True when this is a new leadership (new epoch or
+        was not leader). Waits for an in-flight follower append; starts the epoch in the
+        epoch cache at the log end offset; the HW stays where it was (checkpoint/known)."""
+        async with self._append_lock:
+            new = not self.is_leader or s.leader_epoch != self.leader_epoch
+            self._set_state(s)
+            self.role = Role.LEADER
+            if new:
+                await asyncio.to_thread(self.log.assign_epoch, s.leader_epoch)
+                self._epoch_start_offset = self.log_end_offset
+                self.followers = {
+                    r: FollowerState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+                    for r in s.replicas
+                    if r != self.broker_id
+                }
+            else:
+                for r in s.replicas:
+                    if r != self.broker_id and r not in self.followers:
+                        self.followers[r] = FollowerState(last_caught_up_ms=now_ms)
+                self.followers = {r: f for r, f in self.followers.items() if r in s.replicas}
+            self.high_watermark = min(self.high_watermark, self.log_end_offset)
             self._advance_high_watermark()
-        else:
-            self._replica_end.clear()
-            # A follower serves nothing to consumers; keep the HW within the log.
+        self._notify()
+        return new
+
+    async def become_follower(self, s: LeaderState) -> bool:
+        """Follow as the controller says; True when the fetcher must (re)start with
+        truncation (new leader or epoch, or was leader). Waits for an in-flight leader
+        append."""
+        async with self._append_lock:
+            restart = (
+                self.is_leader
+                or s.leader_epoch != self.leader_epoch
+                or (s.leader != self.leader_id)
+            )
+            self._set_state(s)
+            self.role = Role.FOLLOWER
+            self.followers = {}
             self.high_watermark = min(
                 max(self.high_watermark, self.log_start_offset), self.log_end_offset
             )
         self._notify()
+        return restart
+
+    def apply_isr_change(self, s: LeaderState) -> bool:
+        """The controller accepted an AlterPartition: adopt its ISR and partition epoch when
+        it is for this leadership and newer than what is known. True when applied."""
+        if not self.is_leader or s.leader_epoch != self.leader_epoch:
+            return False
+        if s.partition_epoch <= self.partition_epoch:
+            return False
+        self.partition_epoch = s.partition_epoch
+        self.isr = s.isr
+        self.pending_isr = None
+        log.info("%r: ISR is now %s (partition epoch %d)", self, list(s.isr), s.partition_epoch)
+        self._advance_high_watermark()
+        self._notify()
+        return True
 
     def update_config(self, config: TopicConfig) -> None:
         if config != self.config:
             self.log.update_config(config)
             self.config = config
+            self._advance_high_watermark()
 
     def go_offline(self) -> None:
         """Stop serving: fail further calls and wake every waiting fetch stream."""
@@ -153,29 +233,75 @@ class Partition:
         """The event set at the next HW advance or state change (capture, check, then wait)."""
         return self._changed
 
+    def appended(self) -> asyncio.Event:
+        """The event set at the next leader append or state change."""
+        return self._appended
+
     def _notify(self) -> None:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
+        self._notify_appended()
 
-    # ------------------------------------------------------------------ high watermark
+    def _notify_appended(self) -> None:
+        event, self._appended = self._appended, asyncio.Event()
+        event.set()
 
-    def update_replica_end(self, replica: int, end_offset: int) -> None:
-        """A follower reported its log end offset (by fetching from ``end_offset``)."""
-        if self.is_leader and replica in self.replicas:
-            self._replica_end[replica] = end_offset
-            self._advance_high_watermark()
+    # ------------------------------------------------------------------ leader: followers, HW
+
+    def record_follower_fetch(self, replica: int, fetch_offset: int, now_ms: float) -> bool:
+        """A follower asked for ``fetch_offset`` (= its LEO). Updates its progress and the HW;
+        True when it should join the ISR (in replicas, not in the ISR, no change pending,
+        caught up to the HW and to the start of this leader epoch)."""
+        f = self.followers.get(replica)
+        if not self.is_leader or f is None:
+            return False
+        leo = self.log_end_offset
+        if fetch_offset >= leo:
+            f.last_caught_up_ms = now_ms
+        elif fetch_offset >= f.last_fetch_leader_leo >= 0:
+            f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+        f.last_fetch_leader_leo = leo
+        f.last_fetch_ms = now_ms
+        f.leo = fetch_offset
+        self._advance_high_watermark()
+        return (
+            replica not in self.isr
+            and self.pending_isr is None
+            and fetch_offset >= self.high_watermark
+            and fetch_offset >= self._epoch_start_offset
+        )
+
+    def out_of_sync(self, now_ms: float, lag_ms: float) -> list[int]:
+        """ISR followers that have not caught up to the leader's LEO within ``lag_ms``."""
+        if not self.is_leader:
+            return []
+        return [
+            r
+            for r in self.isr
+            if r != self.broker_id
+            and (f := self.followers.get(r)) is not None
+            and now_ms - f.last_caught_up_ms > lag_ms
+        ]
 
     def _advance_high_watermark(self) -> None:
-        """HW = min log end offset over the ISR members known; it never moves back."""
-        ends = [self._replica_end[r] for r in self.isr if r in self._replica_end]
-        if not ends or len(ends) < len(self.isr):
+        """HW = min LEO over the (maximal) ISR, only while the ISR has min.insync members."""
+        if not self.is_leader or len(self.isr) < self.config.min_insync_replicas:
             return
+        members = set(self.isr) | set(self.pending_isr or ())
+        ends = [self.log_end_offset]
+        for r in members:
+            if r == self.broker_id:
+                continue
+            f = self.followers.get(r)
+            if f is None or f.leo < 0:
+                return
+            ends.append(f.leo)
         new_hw = min(ends)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             self._notify()
 
-    # ------------------------------------------------------------------ appends
+    # ------------------------------------------------------------------ leader appends
 
     def check_writable(self, acks_all: bool) -> None:
         """Raise unless this replica may take a produce request now."""
@@ -202,15 +328,17 @@ class Partition:
     ) -> ProduceResult:
         """Append validated batches as leader; returns once acknowledged per ``acks``.
 
-        acks=0/1: after the local append. acks=all: once the HW has passed the last offset
-        (immediately with ISR == [self]); REQUEST_TIMED_OUT after ``timeout_ms`` otherwise.
+        acks=0/1: after the local append. acks=all: once the HW has passed the last offset;
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas
+        meanwhile, REQUEST_TIMED_OUT after ``timeout_ms``, NOT_LEADER_OR_FOLLOWER if the
+        leadership moved.
         """
         async with self._append_lock:
             self.check_writable(acks_all)
             epoch = self.leader_epoch
             info = await asyncio.to_thread(self.log.append, buf, batches, epoch)
-            self._replica_end[self.broker_id] = int(info.last_offset) + 1
             self._advance_high_watermark()
+            self._notify_appended()
         records = sum(h.record_count for _, h in batches)
         metrics.BYTES_IN.labels(self.topic).inc(len(buf))
         metrics.RECORDS_IN.labels(self.topic).inc(records)
@@ -224,16 +352,24 @@ class Partition:
             size=len(buf),
         )
         if acks_all:
-            await self._wait_committed(result.last_offset + 1, timeout_ms)
+            await self._wait_committed(result.last_offset + 1, epoch, timeout_ms)
         return result
 
-    async def _wait_committed(self, offset: int, timeout_ms: int) -> None:
+    async def _wait_committed(self, offset: int, epoch: int, timeout_ms: int) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_ms, 0) / 1000.0
-        while self.high_watermark < offset:
-            if self.role is not Role.LEADER:
+        while True:
+            changed = self.changed()
+            if self.role is not Role.LEADER or self.leader_epoch != epoch:
                 raise NotLeaderOrFollowerError(
                     f"leadership of {self.topic}-{self.partition} moved before the write committed"
+                )
+            if self.high_watermark >= offset:
+                return
+            if len(self.isr) < self.config.min_insync_replicas:
+                raise NotEnoughReplicasAfterAppendError(
+                    f"{self.topic}-{self.partition}: ISR {list(self.isr)} shrank below "
+                    f"min.insync.replicas={self.config.min_insync_replicas} after the append"
                 )
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -242,9 +378,52 @@ class Partition:
                     f"ISR within {timeout_ms} ms"
                 )
             try:
-                await asyncio.wait_for(self.changed().wait(), remaining)
+                await asyncio.wait_for(changed.wait(), remaining)
             except TimeoutError:
                 continue
+
+    # ------------------------------------------------------------------ follower writes
+
+    def _check_following(self, leader_epoch: int) -> bool:
+        return self.role is Role.FOLLOWER and self.leader_epoch == leader_epoch
+
+    async def append_as_follower(self, records: bytes, leader_epoch: int, leader_hw: int) -> bool:
+        """Append the leader's batches as they are (CRCs checked, offsets must continue the
+        log) and move the HW to ``min(leader_hw, LEO)``. False (nothing written) when this
+        replica no longer follows in ``leader_epoch``."""
+        async with self._append_lock:
+            if not self._check_following(leader_epoch):
+                return False
+            if records:
+
+                def write() -> None:
+                    self.log.append_as_follower(records, list(iter_headers(records)))
+
+                await asyncio.to_thread(write)
+            self._follower_hw(leader_hw)
+        if records:
+            metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
+        return True
+
+    def _follower_hw(self, leader_hw: int) -> None:
+        new_hw = min(max(leader_hw, self.high_watermark), self.log_end_offset)
+        if new_hw != self.high_watermark:
+            self.high_watermark = new_hw
+            self._notify()
+
+    async def truncate(self, offset: int, leader_epoch: int, *, fully: bool = False) -> bool:
+        """Follower truncation: cut the log at ``offset`` (``fully``: empty it and restart at
+        ``offset``); the HW is kept within the log. False when no longer following."""
+        async with self._append_lock:
+            if not self._check_following(leader_epoch):
+                return False
+            fn = self.log.truncate_fully_and_start_at if fully else self.log.truncate_to
+            await asyncio.to_thread(fn, offset)
+            self.high_watermark = min(
+                max(self.high_watermark, self.log_start_offset), self.log_end_offset
+            )
+        log.info("%r: truncated to %d (fully=%s)", self, self.log_end_offset, fully)
+        return True
 
     async def run_exclusive(self, fn: Callable[[], T]) -> T:
         """Run a blocking log mutation (retention, flush, close) as the partition's writer."""

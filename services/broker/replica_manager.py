@@ -11,6 +11,15 @@ State owned here (all on the event loop):
   ``STALE_BROKER_EPOCH`` (they were meant for an earlier incarnation of this broker). Until the
   broker is registered every control request is refused that way.
 
+Replication (issue 3): a LeaderAndIsr makes each partition leader (``Partition.become_leader``;
+its follower fetching stops) or follower (``become_follower``; it stops taking produce and
+consumer fetches with ``NOT_LEADER_OR_FOLLOWER`` and is handed to ``fetchers``, which truncate
+it by leader epoch and then fetch); leader -1 means no leader (nothing fetched). ``isr``
+proposes ISR changes for led partitions to the controller. A state for the current leader epoch
+with an older partition epoch than known is ignored (an AlterPartition answer got here first).
+High watermarks are loaded from each log directory's ``replication-offset-checkpoint`` when a
+partition opens and written back by :meth:`checkpoint_high_watermarks`.
+
 Control requests (LeaderAndIsr, UpdateMetadata, StopReplica) run one at a time under
 ``_control_lock``; they create, open, close and delete logs through the ``LogManager`` in
 worker threads. A whole-request rejection (fencing) is answered in the response's
@@ -39,7 +48,12 @@ from headwater.v1.errors_pb2 import ErrorCode
 from services.broker import metrics
 from services.broker.codes import error_code
 from services.broker.metadata_cache import MetadataCache
-from services.broker.partition import Partition, Role
+from services.broker.partition import LeaderState, Partition, Role
+from services.broker.replication import isr as isr_mod
+from services.broker.replication.fetcher import FetcherManager
+from services.broker.replication.isr import IsrManager
+from services.broker.replication.peers import Peers
+from services.broker.storage import hw_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +63,15 @@ Key = tuple[str, int]
 class ReplicaManager:
     """Hosted partitions, controller fencing and the control RPCs' effects."""
 
-    def __init__(self, broker_id: int, log_manager: Any, metadata: MetadataCache) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: Any,
+        metadata: MetadataCache,
+        *,
+        peers: Peers | None = None,
+        replica_lag_time_max_ms: int = 10_000,
+    ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.metadata = metadata
@@ -57,6 +79,32 @@ class ReplicaManager:
         self.controller_epoch = -1
         self.broker_epoch: int | None = None
         self._control_lock = asyncio.Lock()
+        self.peers = peers or Peers(metadata)
+        self.fetchers = FetcherManager(broker_id, self.peers, lambda: self.broker_epoch)
+        self.isr = IsrManager(
+            broker_id,
+            partitions=lambda: [p for p in self.partitions.values() if p.is_leader],
+            broker_epoch=lambda: self.broker_epoch,
+            peers=self.peers,
+            lag_ms=replica_lag_time_max_ms,
+        )
+        #: high watermarks read from the checkpoints at start, used when a partition opens.
+        self._hw_at_start: dict[Key, int] = {}
+
+    def load_high_watermarks(self) -> None:
+        """Read every log directory's HW checkpoint (blocking: call off the loop)."""
+        for d in self.log_manager.log_dirs:
+            self._hw_at_start.update(hw_checkpoint.read_high_watermarks(d))
+
+    async def checkpoint_high_watermarks(self) -> None:
+        """Write each log directory's ``replication-offset-checkpoint``."""
+        by_dir: dict[Any, dict[Key, int]] = {d: {} for d in self.log_manager.log_dirs}
+        for key, p in self.partitions.items():
+            home = self.log_manager.log_dir_of(*key)
+            if home is not None:
+                by_dir.setdefault(home, {})[key] = p.high_watermark
+        for d, hws in by_dir.items():
+            await asyncio.to_thread(hw_checkpoint.write_high_watermarks, d, hws)
 
     # ------------------------------------------------------------------ lookups (handlers)
 
@@ -164,6 +212,13 @@ class ReplicaManager:
                     f"{a.topic}-{state.partition}: leader epoch {state.leader_epoch} is older "
                     f"than the current {p.leader_epoch}"
                 )
+            if (
+                state.leader_epoch == p.leader_epoch
+                and state.partition_epoch < p.partition_epoch
+                and p.role is not Role.OFFLINE
+            ):
+                log.info("%r: ignoring older partition epoch %d", p, state.partition_epoch)
+                return
             if config != p.config:
                 await p.run_exclusive(lambda: p.update_config(config))  # type: ignore[union-attr]
         else:
@@ -171,16 +226,26 @@ class ReplicaManager:
                 self.log_manager.get_or_create, a.topic, state.partition, config
             )
             p = Partition(a.topic, state.partition, log_, config, self.broker_id)
+            p.high_watermark = min(self._hw_at_start.pop(key, 0), p.log_end_offset)
             self.partitions[key] = p
             metrics.set_log_size(a.topic, state.partition, int(log_.size_in_bytes))
         p.topic_id = a.topic_id or p.topic_id
-        p.apply_state(
-            leader=state.leader,
-            leader_epoch=state.leader_epoch,
-            partition_epoch=state.partition_epoch,
-            replicas=list(state.replicas),
-            isr=list(state.isr),
+        s = LeaderState(
+            state.leader,
+            state.leader_epoch,
+            state.partition_epoch,
+            tuple(state.replicas),
+            tuple(state.isr),
         )
+        if state.leader == self.broker_id:
+            self.fetchers.remove(key)
+            await p.become_leader(s, isr_mod.now_ms())
+        else:
+            restart = await p.become_follower(s)
+            if state.leader < 0:
+                self.fetchers.remove(key)
+            elif restart or self.fetchers.following(key) != state.leader:
+                self.fetchers.add(p, state.leader, state.leader_epoch)
         log.info("%r (replicas %s, isr %s)", p, list(p.replicas), list(p.isr))
 
     async def stop_replica(
@@ -219,6 +284,7 @@ class ReplicaManager:
     async def _stop(self, p: Partition, *, delete: bool) -> None:
         """Take ``p`` offline (waking its fetch streams), then close or delete its log."""
         self.partitions.pop((p.topic, p.partition), None)
+        self.fetchers.remove(p.key)
         p.go_offline()
         if delete:
             await p.run_exclusive(lambda: self.log_manager.delete(p.topic, p.partition))
@@ -252,6 +318,11 @@ class ReplicaManager:
         """Take every partition offline, then close every log (clean-shutdown marker) and
         release the log directories."""
         async with self._control_lock:
+            await self.fetchers.close()
+            try:
+                await self.checkpoint_high_watermarks()
+            except Exception:
+                log.exception("high watermark checkpoint at shutdown failed")
             parts = list(self.partitions.values())
             self.partitions.clear()
             for p in parts:
@@ -259,3 +330,4 @@ class ReplicaManager:
             for p in parts:
                 await p.run_exclusive(lambda: None)  # wait for an in-flight append
             await asyncio.to_thread(self.log_manager.close)
+            await self.peers.close()

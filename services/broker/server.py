@@ -13,7 +13,14 @@ Everything runs on one asyncio loop (``asyncio.run(serve(...))``). Who owns what
     (:class:`services.broker.registration.Registration`); the lease keepalive itself is a task
     owned by the etcd adapter's ``LeaseKeeper``;
   - ``broker-retention``: every ``RETENTION_INTERVAL_S``, deletes expired segments;
-  - ``broker-flush``: every ``FLUSH_INTERVAL_S``, fsyncs logs whose flush policy is due.
+  - ``broker-flush``: every ``FLUSH_INTERVAL_S``, fsyncs logs whose flush policy is due;
+  - ``broker-hw-checkpoint``: every ``HW_CHECKPOINT_INTERVAL_S``, writes each log directory's
+    ``replication-offset-checkpoint`` (also written at shutdown);
+  - ``broker-isr-shrink``: every ``replica.lag.time.max.ms / 2``, proposes removing lagging
+    followers from the ISRs this broker leads (``replication/isr.py``);
+  - ``broker-alter-partition``: sends ISR proposals to the controller (AlterPartition);
+  - ``broker-fetcher-<leader>``: one follower fetch session per leader broker, created on
+    demand by the replica manager's ``FetcherManager`` (``replication/fetcher.py``).
 
 Start order: log manager -> gRPC server (port bound) -> etcd registration (the controller may
 now send LeaderAndIsr) -> ready file. Stop order (SIGTERM/SIGINT): health NOT_SERVING and stop
@@ -30,7 +37,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from headwater import etcd as hetcd
@@ -39,6 +46,8 @@ from services.broker import servicer
 from services.broker.metadata_cache import MetadataCache
 from services.broker.registration import Registration
 from services.broker.replica_manager import ReplicaManager
+from services.broker.replication.peers import Peers
+from services.broker.replication.shutdown import controlled_shutdown
 from services.broker.storage import LogManager
 
 log = logging.getLogger(__name__)
@@ -46,6 +55,7 @@ log = logging.getLogger(__name__)
 RETENTION_INTERVAL_S = 30.0
 FLUSH_INTERVAL_S = 1.0
 STOP_GRACE_S = 1.0
+HW_CHECKPOINT_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,11 @@ class BrokerSettings:
     metrics_port: int
     rack: str = ""
     ready_file: Path | None = None
+    #: broker id -> "host:port" used instead of the registered address, for broker-to-broker
+    #: connections only (``--peer-override``).
+    peer_overrides: dict[int, str] = field(default_factory=dict)
+    replica_lag_time_max_ms: int = 10_000
+    controlled_shutdown_s: float = 10.0
 
 
 def create_guarded_task(
@@ -115,7 +130,14 @@ async def serve(settings: BrokerSettings) -> int:
         d.mkdir(parents=True, exist_ok=True)
     log_manager = await asyncio.to_thread(LogManager, [str(d) for d in settings.data_dirs])
     metadata = MetadataCache()
-    rm = ReplicaManager(settings.broker_id, log_manager, metadata)
+    rm = ReplicaManager(
+        settings.broker_id,
+        log_manager,
+        metadata,
+        peers=Peers(metadata, settings.peer_overrides),
+        replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+    )
+    await asyncio.to_thread(rm.load_high_watermarks)
 
     running = await start_server(
         host=settings.host,
@@ -161,6 +183,19 @@ async def serve(settings: BrokerSettings) -> int:
                 on_failure=fail,
             )
         )
+        tasks.append(  # replication-offset-checkpoint of every log directory
+            create_guarded_task(
+                _every(HW_CHECKPOINT_INTERVAL_S, "hw-checkpoint", rm.checkpoint_high_watermarks),
+                name="broker-hw-checkpoint",
+                on_failure=fail,
+            )
+        )
+        tasks.append(  # propose removing lagging followers from led ISRs
+            create_guarded_task(rm.isr.run_shrink(), name="broker-isr-shrink", on_failure=fail)
+        )
+        tasks.append(  # ISR proposals -> AlterPartition to the controller
+            create_guarded_task(rm.isr.run_sender(), name="broker-alter-partition", on_failure=fail)
+        )
         if settings.ready_file is not None:
             _write_ready_file(settings.ready_file, running.port, running.metrics_port)
         log.info(
@@ -172,6 +207,15 @@ async def serve(settings: BrokerSettings) -> int:
         )
         await stop.wait()
         log.info("broker %d stopping", settings.broker_id)
+        # Nothing to move when every hosted partition has this broker as its only replica.
+        replicated = any(len(p.replicas) > 1 for p in rm.partitions.values())
+        if exit_code == 0 and settings.controlled_shutdown_s > 0 and replicated:
+            await controlled_shutdown(
+                settings.broker_id,
+                lambda: rm.broker_epoch,
+                rm.peers,
+                timeout_s=settings.controlled_shutdown_s,
+            )
     except Exception:
         log.exception("broker %d failed", settings.broker_id)
         exit_code = 1

@@ -13,8 +13,10 @@ from services.broker.handlers import (
     fetch_records,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     produce,
     produce_records,
+    replica_fetch,
 )
 from services.broker.replica_manager import ReplicaManager
 
@@ -57,6 +59,19 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self, request: metadata_pb2.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> metadata_pb2.MetadataResponse:
         return await metadata.handle(self._rm.metadata, request)
+
+    async def ReplicaFetch(
+        self,
+        request_iterator: AsyncIterator[broker_pb2.ReplicaFetchRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[broker_pb2.ReplicaFetchResponse]:
+        async for resp in replica_fetch.handle(self._rm, request_iterator):
+            yield resp
+
+    async def OffsetForLeaderEpoch(
+        self, request: broker_pb2.OffsetForLeaderEpochRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.OffsetForLeaderEpochResponse:
+        return await offset_for_leader_epoch.handle(self._rm, request)
 
     async def LeaderAndIsr(
         self, request: broker_pb2.LeaderAndIsrRequest, context: grpc.aio.ServicerContext

@@ -1,0 +1,162 @@
+"""ReplicaFetch (leader side): one follower's fetch session, answered in lockstep.
+
+For each request on the stream, one response:
+
+1. session checks: the follower's ``broker_epoch`` must not be older than the one the
+   metadata cache knows for ``replica_id`` (``STALE_BROKER_EPOCH`` in the response's
+   ``error_code``: a previous incarnation of that broker), and ``replica_id`` is not us;
+2. per partition: led here (``NOT_LEADER_OR_FOLLOWER`` / ``UNKNOWN_TOPIC_OR_PARTITION``), the
+   follower is one of its replicas (``NOT_LEADER_OR_FOLLOWER``), ``current_leader_epoch``
+   matches (older: ``FENCED_LEADER_EPOCH``, newer: ``UNKNOWN_LEADER_EPOCH``), ``fetch_offset``
+   within ``[log start, LEO]`` (``OFFSET_OUT_OF_RANGE``, with the leader's log start so the
+   follower can restart there);
+3. ``fetch_offset`` is the follower's log end offset: recorded once per request
+   (``Partition.record_follower_fetch``), which may advance the high watermark and may
+   propose the follower joining the ISR;
+4. long poll: when no partition has anything past the follower's offset, wait up to
+   ``max_wait_ms`` for an append or state change on any of them;
+5. read whole batches from ``fetch_offset`` up to the leader's LEO (not the HW: a follower
+   needs everything), at most ``max_bytes`` per partition, and answer with the HW.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from headwater.errors import (
+    FencedLeaderEpochError,
+    HeadwaterError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    message_of,
+)
+from headwater.v1 import broker_pb2
+from headwater.v1.errors_pb2 import ErrorCode
+from services.broker.codes import error_code
+from services.broker.partition import Partition
+from services.broker.replica_manager import ReplicaManager
+from services.broker.replication.isr import now_ms
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_WAIT_MS = 500
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+MAX_WAIT_CAP_MS = 30_000
+
+
+def leader_for(rm: ReplicaManager, topic: str, partition: int, current_epoch: int) -> Partition:
+    """The led partition, fenced by the requester's view of the leader epoch (-1: unchecked)."""
+    p = rm.leader_partition(topic, partition)
+    if current_epoch >= 0 and current_epoch != p.leader_epoch:
+        cls = FencedLeaderEpochError if current_epoch < p.leader_epoch else UnknownLeaderEpochError
+        raise cls(f"{topic}-{partition}: request epoch {current_epoch}, leader {p.leader_epoch}")
+    return p
+
+
+def _session_error(rm: ReplicaManager, req: broker_pb2.ReplicaFetchRequest) -> int:
+    if req.replica_id == rm.broker_id or req.replica_id < 0:
+        return ErrorCode.INVALID_REQUEST
+    known = rm.metadata.broker(req.replica_id)
+    if known is not None and known.broker_epoch > 0 and req.broker_epoch < known.broker_epoch:
+        return ErrorCode.STALE_BROKER_EPOCH
+    return ErrorCode.NONE
+
+
+async def answer(
+    rm: ReplicaManager, req: broker_pb2.ReplicaFetchRequest
+) -> broker_pb2.ReplicaFetchResponse:
+    """The response to one request of the session (see module doc)."""
+    code = _session_error(rm, req)
+    if code != ErrorCode.NONE:
+        return broker_pb2.ReplicaFetchResponse(error_code=code)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    max_wait = min(req.max_wait_ms if req.max_wait_ms > 0 else DEFAULT_MAX_WAIT_MS, MAX_WAIT_CAP_MS)
+    max_bytes = req.max_bytes if req.max_bytes > 0 else DEFAULT_MAX_BYTES
+    deadline = loop.time() + max_wait / 1000.0
+    errors: dict[int, BaseException] = {}
+    led: dict[int, Partition] = {}
+    now = now_ms()
+    for i, fp in enumerate(req.partitions):
+        try:
+            p = leader_for(rm, fp.topic, fp.partition, fp.current_leader_epoch)
+            led[i] = p
+            if req.replica_id not in p.replicas:
+                raise NotLeaderOrFollowerError(
+                    f"broker {req.replica_id} is not a replica of {fp.topic}-{fp.partition}"
+                )
+            if not p.log_start_offset <= fp.fetch_offset <= p.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {fp.fetch_offset} is outside [{p.log_start_offset}, "
+                    f"{p.log_end_offset}] of {fp.topic}-{fp.partition}"
+                )
+            if p.record_follower_fetch(req.replica_id, fp.fetch_offset, now):
+                rm.isr.expand(p, req.replica_id)
+        except HeadwaterError as exc:
+            errors[i] = exc
+    # long poll until some partition has records for the follower (or the deadline)
+    while not errors:
+        events = [p.appended() for p in led.values()]
+        if any(req.partitions[i].fetch_offset < p.log_end_offset for i, p in led.items()):
+            break
+        remaining = deadline - loop.time()
+        if remaining <= 0 or not events:
+            break
+        waiters = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        if any(not p.is_leader for p in led.values()):
+            break
+    results = await asyncio.gather(
+        *(
+            _partition_data(req, i, led.get(i), errors.get(i), max_bytes)
+            for i in range(len(req.partitions))
+        )
+    )
+    return broker_pb2.ReplicaFetchResponse(partitions=results)
+
+
+async def _partition_data(
+    req: broker_pb2.ReplicaFetchRequest,
+    i: int,
+    p: Partition | None,
+    err: BaseException | None,
+    max_bytes: int,
+) -> broker_pb2.ReplicaFetchPartitionData:
+    fp = req.partitions[i]
+    out = broker_pb2.ReplicaFetchPartitionData(
+        topic=fp.topic, partition=fp.partition, high_watermark=-1, log_start_offset=-1
+    )
+    if p is not None and err is None:
+        try:
+            if not p.is_leader:
+                raise NotLeaderOrFollowerError(f"{p.topic}-{p.partition} lost its leadership")
+            part = await p.read(fp.fetch_offset, max_bytes, None)
+            out.records = part.data
+            out.high_watermark = p.high_watermark
+            out.log_start_offset = p.log_start_offset
+            return out
+        except Exception as exc:
+            err = exc
+            if not isinstance(exc, HeadwaterError):
+                log.exception("replica fetch of %s-%d failed", fp.topic, fp.partition)
+    assert err is not None
+    out.error_code = error_code(err)
+    out.error_message = message_of(err)
+    if p is not None:
+        with contextlib.suppress(Exception):
+            out.log_start_offset = p.log_start_offset
+    return out
+
+
+async def handle(
+    rm: ReplicaManager, requests: AsyncIterator[broker_pb2.ReplicaFetchRequest]
+) -> AsyncIterator[broker_pb2.ReplicaFetchResponse]:
+    async for req in requests:
+        yield await answer(rm, req)

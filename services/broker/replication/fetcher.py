@@ -1,0 +1,272 @@
+"""Follower fetching: one session per leader broker carrying every partition followed from it.
+
+``FetcherManager`` (owned by the replica manager, event loop only) maps each partition this
+broker follows to the ``LeaderFetcher`` of its leader broker, creating one fetcher task
+(``broker-fetcher-<leader id>``, which logs and survives any failure of a round) per leader
+broker on demand. Each fetcher holds ONE
+``ReplicaFetch`` bidi stream and runs Kafka's replica-fetcher loop in lockstep:
+
+1. partitions added since the last round (a LeaderAndIsr made this broker their follower, or
+   changed their leader epoch) first truncate: OffsetForLeaderEpoch with the follower's
+   latest epoch, cut to the answer (``truncation.py``: never to the follower's own HW);
+2. send one request with ``fetch_offset = LEO`` of every ready partition (the leader learns
+   follower progress from it), await the one response;
+3. per partition: append the batches exactly as the leader stored them
+   (``Partition.append_as_follower``: CRCs checked, base offset must equal our LEO), move the
+   HW to ``min(leader HW, LEO)``; errors: ``FENCED_LEADER_EPOCH`` (our epoch is old) and
+   ``NOT_LEADER_OR_FOLLOWER``/``UNKNOWN_LEADER_EPOCH``/``UNKNOWN_TOPIC_OR_PARTITION``
+   (metadata not there yet) pause the partition until a LeaderAndIsr re-adds it or a short
+   delay passes; ``OFFSET_OUT_OF_RANGE`` below the leader's log start empties our log and
+   restarts it at the leader's log start, otherwise re-runs truncation;
+4. repeat. A broken stream (leader gone, restarted, unreachable) is reopened with backoff
+   (0.1 s doubling to 1 s); the address is looked up again each time (``Peers``).
+
+A partition's fetch state is replaced, not mutated, when it is re-added, so a response that
+was in flight for an older state is ignored; the partition's own writer lock and epoch check
+reject writes after it stopped following in that epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from headwater.v1 import broker_pb2, broker_pb2_grpc
+from headwater.v1.errors_pb2 import ErrorCode
+from services.broker.partition import Partition
+from services.broker.replication.peers import Peers
+from services.broker.replication.truncation import truncation_target
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+MAX_WAIT_MS = 500
+MAX_BYTES = 8 * 1024 * 1024
+RPC_TIMEOUT_S = 10.0
+PAUSE_S = 0.3
+MIN_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 1.0
+
+
+@dataclass(eq=False)
+class FetchState:
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+    paused_until: float = 0.0
+
+
+class SessionError(Exception):
+    """The leader refused or ended the session: reconnect after a backoff."""
+
+
+class LeaderFetcher:
+    """The fetch session with one leader broker (see module doc)."""
+
+    def __init__(self, manager: FetcherManager, leader_id: int) -> None:
+        self.m = manager
+        self.leader_id = leader_id
+        self.states: dict[Key, FetchState] = {}
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def _ready(self, now: float) -> list[FetchState]:
+        return [s for s in self.states.values() if not s.truncating and s.paused_until <= now]
+
+    async def _idle(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), timeout)
+        self.wake.clear()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = MIN_BACKOFF_S
+        while True:
+            if not self.states:
+                await self._idle(5.0)
+                continue
+            address = self.m.peers.broker_address(self.leader_id)
+            if address is None:
+                await self._idle(PAUSE_S)
+                continue
+            stub = broker_pb2_grpc.BrokerStub(self.m.peers.channel(address))
+            call = stub.ReplicaFetch()
+            try:
+                while self.states:
+                    await self._truncate_pending(stub)
+                    now = loop.time()
+                    ready = self._ready(now)
+                    if not ready:
+                        pauses = [s.paused_until - now for s in self.states.values()]
+                        await self._idle(min([PAUSE_S, *[p for p in pauses if p > 0]]))
+                        continue
+                    await self._round(call, ready)
+                    backoff = MIN_BACKOFF_S
+            except (grpc.RpcError, SessionError, TimeoutError) as exc:
+                log.info("fetch session with broker %d at %s: %s", self.leader_id, address, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+            except Exception:  # a bug must not stop replication from this leader for good
+                log.exception("fetch session with broker %d failed", self.leader_id)
+                await asyncio.sleep(MAX_BACKOFF_S)
+            finally:
+                call.cancel()
+
+    async def _round(self, call: grpc.aio.StreamStreamCall, ready: list[FetchState]) -> None:
+        epoch = self.m.broker_epoch()
+        req = broker_pb2.ReplicaFetchRequest(
+            replica_id=self.m.broker_id,
+            broker_epoch=epoch if epoch is not None else -1,
+            max_wait_ms=MAX_WAIT_MS,
+            min_bytes=1,
+            max_bytes=MAX_BYTES,
+            partitions=[
+                broker_pb2.ReplicaFetchPartition(
+                    topic=s.partition.topic,
+                    partition=s.partition.partition,
+                    fetch_offset=s.partition.log_end_offset,
+                    current_leader_epoch=s.leader_epoch,
+                    log_start_offset=s.partition.log_start_offset,
+                )
+                for s in ready
+            ],
+        )
+        sent = {s.partition.key: s for s in ready}
+        await asyncio.wait_for(call.write(req), RPC_TIMEOUT_S)
+        resp = await asyncio.wait_for(call.read(), RPC_TIMEOUT_S + MAX_WAIT_MS / 1000)
+        if resp is grpc.aio.EOF:
+            raise SessionError("leader closed the stream")
+        if resp.error_code != ErrorCode.NONE:
+            raise SessionError(f"session refused: {ErrorCode.Name(resp.error_code)}")
+        for d in resp.partitions:
+            s = sent.get((d.topic, d.partition))
+            if s is not None and self.states.get(s.partition.key) is s:
+                await self._apply(s, d)
+
+    async def _apply(self, s: FetchState, d: broker_pb2.ReplicaFetchPartitionData) -> None:
+        p = s.partition
+        now = asyncio.get_running_loop().time()
+        code = d.error_code
+        if code == ErrorCode.NONE:
+            try:
+                ok = await p.append_as_follower(d.records, s.leader_epoch, d.high_watermark)
+            except Exception as exc:  # a batch that does not continue our log, or corrupt
+                log.warning("%r: cannot append replicated batches: %s", p, exc)
+                s.truncating = True
+                s.paused_until = now + PAUSE_S
+                return
+            if not ok:
+                self.states.pop(p.key, None)
+        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if d.log_start_offset > p.log_end_offset:
+                log.info("%r: leader log starts at %d, restarting there", p, d.log_start_offset)
+                await p.truncate(d.log_start_offset, s.leader_epoch, fully=True)
+            else:
+                s.truncating = True
+        else:
+            log.info("%r: fetch from broker %d: %s", p, self.leader_id, ErrorCode.Name(code))
+            s.paused_until = now + (1.0 if code == ErrorCode.FENCED_LEADER_EPOCH else PAUSE_S)
+
+    async def _truncate_pending(self, stub: broker_pb2_grpc.BrokerStub) -> None:
+        """Run OffsetForLeaderEpoch rounds for partitions that must truncate first."""
+        for _ in range(8):  # a few KIP-279 rounds per pass; more continue next pass
+            now = asyncio.get_running_loop().time()
+            todo = [s for s in self.states.values() if s.truncating and s.paused_until <= now]
+            if not todo:
+                return
+            asks: list[tuple[FetchState, int]] = []
+            for s in todo:
+                latest = int(s.partition.log.latest_epoch)
+                if latest < 0:
+                    s.truncating = False  # no history: nothing can diverge
+                else:
+                    asks.append((s, latest))
+            if not asks:
+                return
+            req = broker_pb2.OffsetForLeaderEpochRequest(
+                replica_id=self.m.broker_id,
+                partitions=[
+                    broker_pb2.OffsetForLeaderEpochPartition(
+                        topic=s.partition.topic,
+                        partition=s.partition.partition,
+                        current_leader_epoch=s.leader_epoch,
+                        leader_epoch=latest,
+                    )
+                    for s, latest in asks
+                ],
+            )
+            resp = await stub.OffsetForLeaderEpoch(req, timeout=RPC_TIMEOUT_S)
+            answers = {(r.topic, r.partition): r for r in resp.partitions}
+            for s, _latest in asks:
+                await self._truncate_one(s, answers.get(s.partition.key), now)
+
+    async def _truncate_one(
+        self, s: FetchState, r: broker_pb2.EpochEndOffset | None, now: float
+    ) -> None:
+        p = s.partition
+        if self.states.get(p.key) is not s:
+            return
+        if r is None or r.error_code != ErrorCode.NONE:
+            s.paused_until = now + PAUSE_S
+            return
+        target = truncation_target(
+            r.leader_epoch, r.end_offset, p.log.end_offset_for_epoch, p.log_end_offset
+        )
+        if target is None:
+            s.paused_until = now + PAUSE_S
+            return
+        if target.offset < p.log_end_offset and not await p.truncate(target.offset, s.leader_epoch):
+            self.states.pop(p.key, None)
+            return
+        s.truncating = not target.completed
+
+
+class FetcherManager:
+    """Which leader each followed partition is fetched from; one task per leader broker."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        peers: Peers,
+        broker_epoch: Callable[[], int | None],
+    ) -> None:
+        self.broker_id = broker_id
+        self.peers = peers
+        self.broker_epoch = broker_epoch
+        self._fetchers: dict[int, LeaderFetcher] = {}
+        self._leader_of: dict[Key, int] = {}
+
+    def add(self, p: Partition, leader_id: int, leader_epoch: int) -> None:
+        """Follow ``p`` from ``leader_id`` in ``leader_epoch``, truncating first."""
+        self.remove(p.key)
+        f = self._fetchers.get(leader_id)
+        if f is None:
+            f = LeaderFetcher(self, leader_id)
+            self._fetchers[leader_id] = f
+            f.task = asyncio.create_task(f.run(), name=f"broker-fetcher-{leader_id}")
+        f.states[p.key] = FetchState(p, leader_epoch)
+        self._leader_of[p.key] = leader_id
+        f.wake.set()
+
+    def remove(self, key: Key) -> None:
+        leader = self._leader_of.pop(key, None)
+        if leader is not None and leader in self._fetchers:
+            self._fetchers[leader].states.pop(key, None)
+
+    def following(self, key: Key) -> int | None:
+        return self._leader_of.get(key)
+
+    async def close(self) -> None:
+        tasks = [f.task for f in self._fetchers.values() if f.task is not None]
+        self._fetchers.clear()
+        self._leader_of.clear()
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
