@@ -22,7 +22,7 @@ Nothing here touches the network or the disk; :mod:`tests.fault.harness.replicas
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -86,6 +86,7 @@ class Report:
     inconsistent: dict[tuple[int, int], list[str]] = field(default_factory=dict)
     divergent: list[Divergence] = field(default_factory=list)
     lagging: list[str] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)  # completion error -> count
 
     @property
     def valid(self) -> bool:
@@ -113,6 +114,9 @@ class Report:
             f"inconsistent offsets: {len(self.inconsistent)}",
             f"divergent replicas: {len(self.divergent)}",
         ]
+        if self.errors:
+            top = sorted(self.errors.items(), key=lambda kv: -kv[1])
+            lines.append("errors: " + ", ".join(f"{k} x{n}" for k, n in top[:6]))
         if self.lagging:
             lines.append(f"lagging replicas: {', '.join(self.lagging)}")
         for what, items in (
@@ -173,8 +177,11 @@ def check(
         first_read.setdefault(r.value, (r.partition, r.offset))
     report.read = len(positions)
 
+    errs: Counter[str] = Counter()
     for value, comp in outcome.items():
         kind = comp.type if comp is not None else "info"
+        if comp is not None and comp.error:
+            errs[f"{kind} {comp.error.split(':', 1)[0]}"] += 1
         if kind == "ok":
             report.acknowledged += 1
             if value not in positions:
@@ -188,6 +195,7 @@ def check(
         else:
             report.unknown += 1
             report.unknown_present += value in positions
+    report.errors = dict(errs)
     report.unexpected = sorted(v for v in positions if v not in invoked)
     report.duplicated = {v: sorted(p) for v, p in positions.items() if len(p) > 1}
     report.inconsistent = {k: sorted(v) for k, v in sorted(at.items()) if len(v) > 1}

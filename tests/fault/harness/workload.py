@@ -92,6 +92,7 @@ class ProducerWorkload:
         request_timeout_ms: int = 4000,
         prefix: str = "w",
         first_process: int = 0,
+        metadata_max_age_ms: int = 1000,
     ) -> None:
         self.history = history
         self.topic = topic
@@ -109,7 +110,7 @@ class ProducerWorkload:
             linger_ms=1,
             request_timeout_ms=request_timeout_ms,
             delivery_timeout_ms=request_timeout_ms * 3,
-            metadata_max_age_ms=1000,
+            metadata_max_age_ms=metadata_max_age_ms,
         )
 
     async def run(self, stop: asyncio.Event, *, max_writes: int | None = None) -> WorkloadStats:
@@ -151,7 +152,7 @@ class ProducerWorkload:
                     self.stats.fail += 1
                 else:
                     self.stats.info += 1
-                await asyncio.sleep(0.05)  # errors come fast during a failover: back off a bit
+                await asyncio.sleep(0.2)  # errors come fast during a failover: back off a bit
                 continue
             if str(self.acks) == "0":
                 self.history.complete(inv, "info", error="acks=0")
