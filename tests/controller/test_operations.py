@@ -300,3 +300,51 @@ def test_standby_finishes_topic_creation_and_broker_failover_after_kill9(
                 assert 1 not in s["isr"]
 
     run(body())
+
+
+def test_automatic_leader_rebalance(etcd: str, tmp_path: Any) -> None:
+    from headwater.dev.cluster import controller_process, wait_serving
+
+    proc = controller_process(1, etcd, tmp_path, tmp_path, lease_ttl=2)
+    proc.argv += ["--leader-imbalance-check-interval-s", "0.5"]
+    proc.start()
+    try:
+        wait_serving(proc, 30)
+
+        async def body() -> None:
+            async with OpsEnv([proc], etcd, brokers=2) as env:
+                await env.create("rb", 4, 2)
+                pref = {p: (await env.replicas("rb", p))[0] for p in range(4)}
+                assert sorted(pref.values()) == [1, 1, 2, 2]
+                b1 = env.brokers[1]
+                r = await env.stub.ControlledShutdown(
+                    controller_pb2.ControlledShutdownRequest(broker_id=1, broker_epoch=b1.epoch)
+                )
+                assert r.error_code == EC.NONE and not r.remaining
+                # broker 1 restarts and its leaders take it back into their ISRs
+                await b1.deregister()
+                await b1.register(env.etcd)
+                await async_wait_for(
+                    lambda: env.sees_brokers(env.stub, 2), timeout=15, what="broker 1 back"
+                )
+                for p in range(4):
+
+                    async def readd(p: int = p) -> bool:
+                        s = await env.state("rb", p)
+                        if 1 in s["isr"]:
+                            return True
+                        r = await env.alter_isr("rb", p, [*s["isr"], 1])
+                        return bool(r.partitions[0].error_code == EC.NONE)
+
+                    await async_wait_for(readd, timeout=15, what=f"rb-{p} ISR expanded")
+
+                # no ElectLeaders call: the periodic check restores the preferred leaders
+                async def balanced() -> bool:
+                    leaders = [(await env.state("rb", p))["leader"] for p in range(4)]
+                    return leaders == [pref[p] for p in range(4)]
+
+                await async_wait_for(balanced, timeout=15, what="automatic preferred election")
+
+        run(body())
+    finally:
+        proc.stop(timeout=5)
