@@ -93,6 +93,7 @@ class ProducerWorkload:
         prefix: str = "w",
         first_process: int = 0,
         metadata_max_age_ms: int = 1000,
+        delay_s: float = 0.0,
     ) -> None:
         self.history = history
         self.topic = topic
@@ -101,6 +102,7 @@ class ProducerWorkload:
         self.first_process = first_process
         self.prefix = prefix
         self.acks = acks
+        self.delay_s = delay_s  # pause after each acknowledged write (rate limit)
         self.stats = WorkloadStats()
         self._counter = itertools.count()
         self._producer = AsyncProducer(
@@ -160,6 +162,8 @@ class ProducerWorkload:
             else:
                 self.history.complete(inv, "ok", offset=meta.offset)
                 self.stats.ok += 1
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
 
 
 async def read_all(
