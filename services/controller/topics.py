@@ -155,7 +155,10 @@ async def create_topics(
 async def _init_partitions(loop: ControllerLoop, topic: st.Topic, parts: list[int]) -> None:
     assert loop.state is not None and loop.epoch is not None
     live = set(loop.state.brokers)
-    states = {p: elect(topic.assignment[p], None, live, loop.epoch) for p in parts}
+    states = {
+        p: elect(topic.assignment[p], None, live, loop.epoch, shutting=loop.shutting_down)
+        for p in parts
+    }
     written = await st.write_partition_states(
         loop.etcd,
         loop.epoch,
