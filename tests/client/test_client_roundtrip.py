@@ -140,13 +140,13 @@ def test_tight_send_loop_does_not_starve_the_sender(cluster: Any) -> None:
         async with AsyncProducer(
             boot, batch_size=16 * 1024, buffer_memory=64 * 1024 * 1024, linger_ms=1000
         ) as p:
-            futures = [await p.send(topic, b"v" * 100) for _ in range(60_000)]
-            # ~6 MiB sent into a 64 MiB buffer: without yielding, nothing would be
+            futures = [await p.send(topic, b"v" * 100) for _ in range(200_000)]
+            # ~20 MiB sent into a 64 MiB buffer: without yielding, nothing would be
             # acknowledged before this point (the linger is 1 s and memory never runs out).
             acked_during_loop = sum(f.done() for f in futures)
             await p.flush()
         assert acked_during_loop > 0
-        assert [f.result().offset for f in futures] == list(range(60_000))
+        assert [f.result().offset for f in futures] == list(range(200_000))
 
     run(body)
 
