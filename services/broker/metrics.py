@@ -28,6 +28,12 @@ PARTITIONS = prom.Gauge(
     "headwater_broker_partitions", "Partitions hosted by this broker, by role", ["role"]
 )
 
+REPLICA_FETCH_WAITING = prom.Gauge(
+    "headwater_broker_replica_fetch_waiting",
+    "Follower fetch requests parked in a long poll on this leader, by follower id",
+    ["replica"],
+)
+
 
 def set_log_size(topic: str, partition: int, size: int) -> None:
     LOG_SIZE.labels(topic, str(partition)).set(size)

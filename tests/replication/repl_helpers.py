@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,6 +49,34 @@ def state_on(address: str, topic: str) -> metadata_pb2.PartitionState | None:
         if t.name == topic and t.partitions:
             return t.partitions[0]
     return None
+
+
+def leads(address: str, topic: str) -> bool:
+    """True when the broker at ``address`` serves partition 0 as its leader (ListOffsets)."""
+    ch, s = stub(address)
+    with ch:
+        try:
+            resp = s.ListOffsets(
+                broker_pb2.ListOffsetsRequest(
+                    partitions=[
+                        broker_pb2.ListOffsetsPartition(topic=topic, partition=0, timestamp=-1)
+                    ]
+                ),
+                timeout=2,
+            )
+        except grpc.RpcError:
+            return False
+    return bool(resp.partitions) and resp.partitions[0].error_code == 0
+
+
+def fetches_waiting(metrics_url: str, replica: int) -> float:
+    """The leader's count of parked replica-fetch long polls from ``replica``."""
+    text = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+    prefix = f'headwater_broker_replica_fetch_waiting{{replica="{replica}"}} '
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix) :])
+    return 0.0
 
 
 def produce(address: str, topic: str, values: list[bytes], *, acks: int, timeout_ms: int = 5000):  # type: ignore[no-untyped-def]

@@ -36,6 +36,7 @@ from headwater.errors import (
 )
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.broker import metrics
 from services.broker.codes import error_code
 from services.broker.partition import Partition
 from services.broker.replica_manager import ReplicaManager
@@ -98,21 +99,8 @@ async def answer(
         except HeadwaterError as exc:
             errors[i] = exc
     # long poll until some partition has records for the follower (or the deadline)
-    while not errors:
-        events = [p.appended() for p in led.values()]
-        if any(req.partitions[i].fetch_offset < p.log_end_offset for i, p in led.items()):
-            break
-        remaining = deadline - loop.time()
-        if remaining <= 0 or not events:
-            break
-        waiters = [asyncio.ensure_future(e.wait()) for e in events]
-        try:
-            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-        if any(not p.is_leader for p in led.values()):
-            break
+    with metrics.REPLICA_FETCH_WAITING.labels(str(req.replica_id)).track_inprogress():
+        await _long_poll(req, led, deadline, bool(errors))
     results = await asyncio.gather(
         *(
             _partition_data(req, i, led.get(i), errors.get(i), max_bytes)
@@ -120,6 +108,32 @@ async def answer(
         )
     )
     return broker_pb2.ReplicaFetchResponse(partitions=results)
+
+
+async def _long_poll(
+    req: broker_pb2.ReplicaFetchRequest,
+    led: dict[int, Partition],
+    deadline: float,
+    has_errors: bool,
+) -> None:
+    """Wait until a partition has records past the follower's offset, one lost its
+    leadership, or the deadline passed (not at all when some partition has an error)."""
+    loop = asyncio.get_running_loop()
+    while not has_errors and led:
+        events = [p.appended() for p in led.values()]
+        if any(req.partitions[i].fetch_offset < p.log_end_offset for i, p in led.items()):
+            return
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        waiters = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        if any(not p.is_leader for p in led.values()):
+            return
 
 
 async def _partition_data(
