@@ -391,6 +391,15 @@ class Etcd:
         keeper._start(name)
         return keeper
 
+    async def lease_granted_ttl(self, lease_id: int) -> int:
+        """The TTL a lease was granted with (-1 when it no longer exists)."""
+
+        def run() -> int:
+            info = self._client.get_lease_info(lease_id)
+            return int(info.grantedTTL) if int(info.TTL) >= 0 else -1
+
+        return int(await self._call(run))
+
     async def _refresh(self, lease_id: int) -> int:
         """One keepalive round trip; the remaining TTL (0: the lease no longer exists)."""
 

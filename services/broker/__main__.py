@@ -19,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+from services.broker.registration import LEASE_TTL_S
 from services.broker.replication.peers import parse_overrides
 from services.broker.server import BrokerSettings, serve
 
@@ -55,12 +56,21 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         default=10.0,
         help="how long SIGTERM waits for the controller to move leaderships away (0: skip)",
     )
+    ap.add_argument(
+        "--session-timeout-s",
+        type=int,
+        default=LEASE_TTL_S,
+        help="TTL of the broker's etcd lease: how long after a crash the controller notices "
+        "and fails its partitions over (etcd's minimum is 2)",
+    )
     a = ap.parse_args(argv)
     dirs = [Path(d) for d in a.data_dirs.split(",") if d.strip()]
     if not dirs:
         ap.error("--data-dirs needs at least one directory")
     if a.broker_id < 0:
         ap.error("--broker-id must be >= 0")
+    if a.session_timeout_s < 2:
+        ap.error("--session-timeout-s must be at least 2 (etcd's minimum lease TTL)")
     if a.replica_lag_time_max_ms <= 0:
         ap.error("--replica-lag-time-max-ms must be positive")
     try:
@@ -85,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         peer_overrides=overrides,
         replica_lag_time_max_ms=a.replica_lag_time_max_ms,
         controlled_shutdown_s=a.controlled_shutdown_timeout_s,
+        session_timeout_s=a.session_timeout_s,
     )
 
 

@@ -44,7 +44,7 @@ from headwater import etcd as hetcd
 from headwater.rpc.server import start_server
 from services.broker import servicer
 from services.broker.metadata_cache import MetadataCache
-from services.broker.registration import Registration
+from services.broker.registration import LEASE_TTL_S, Registration
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.peers import Peers
 from services.broker.replication.shutdown import controlled_shutdown
@@ -73,6 +73,8 @@ class BrokerSettings:
     peer_overrides: dict[int, str] = field(default_factory=dict)
     replica_lag_time_max_ms: int = 10_000
     controlled_shutdown_s: float = 10.0
+    #: TTL of the registration lease (``--session-timeout-s``)
+    session_timeout_s: int = LEASE_TTL_S
 
 
 def create_guarded_task(
@@ -163,6 +165,7 @@ async def serve(settings: BrokerSettings) -> int:
             rack=settings.rack,
             metrics_url=f"http://{settings.host}:{running.metrics_port}/metrics",
             on_epoch=set_epoch,
+            ttl=settings.session_timeout_s,
         )
         await registration.register()
         # The tasks, one line each:

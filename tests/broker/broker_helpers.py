@@ -50,6 +50,7 @@ class BrokerProc:
     port: int = 0
     metrics_port: int = 0
     child: ChildProcess | None = field(default=None, repr=False)
+    extra_args: list[str] = field(default_factory=list)
 
     @property
     def addr(self) -> str:
@@ -70,6 +71,7 @@ class BrokerProc:
             "--etcd", self.etcd,
             "--metrics-port", "0",
             "--ready-file", str(self.ready_file),
+            *self.extra_args,
         ]  # fmt: skip
         self.child = ChildProcess(f"broker-{self.broker_id}", argv, self.log_path, python_env())
         self.child.start()

@@ -10,6 +10,7 @@ import pytest
 from broker_helpers import ActingController, BrokerProc, read_registration
 
 from headwater import etcd as hetcd
+from headwater.dev.etcd_server import EtcdServer
 from headwater.dev.procs import wait_until
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker.registration import Registration, RegistrationConflictError
@@ -80,3 +81,38 @@ def test_lost_lease_re_registers_with_a_new_epoch(lone_broker: BrokerProc) -> No
         assert c.update_metadata().error_code == ErrorCode.NONE  # the new epoch is accepted
     finally:
         c.close()
+
+
+def test_session_timeout_sets_the_lease_ttl(
+    etcd_server: EtcdServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """--session-timeout-s is the TTL of the registration lease (how fast a crash is seen);
+    the default is 10 s."""
+    base = tmp_path_factory.mktemp("session")
+    endpoint = etcd_server.endpoint
+    quick = BrokerProc(
+        8, base / "q", endpoint, base / "q.log", extra_args=["--session-timeout-s", "3"]
+    )
+    default = BrokerProc(9, base / "d", endpoint, base / "d.log")
+    quick.start()
+    try:
+        default.start()
+        try:
+
+            async def ttls() -> list[int]:
+                client = await hetcd.Etcd.connect(endpoint)
+                try:
+                    out = []
+                    for bid in (8, 9):
+                        got = await client.get(f"/headwater/brokers/ids/{bid}")
+                        assert got is not None and got[1].lease_id
+                        out.append(await client.lease_granted_ttl(got[1].lease_id))
+                    return out
+                finally:
+                    await client.close()
+
+            assert asyncio.run(ttls()) == [3, 10]
+        finally:
+            default.stop()
+    finally:
+        quick.stop()
