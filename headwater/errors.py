@@ -266,6 +266,91 @@ class ReassignmentInProgressError(HeadwaterError):
     grpc_status = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class OffsetMetadataTooLargeError(HeadwaterError):
+    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class CoordinatorLoadInProgressError(HeadwaterError):
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    retriable = True
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+
+class CoordinatorNotAvailableError(HeadwaterError):
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    retriable = True
+    invalid_metadata = True
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+
+class NotCoordinatorError(HeadwaterError):
+    code = ErrorCode.NOT_COORDINATOR
+    retriable = True
+    invalid_metadata = True
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class IllegalGenerationError(HeadwaterError):
+    code = ErrorCode.ILLEGAL_GENERATION
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InconsistentGroupProtocolError(HeadwaterError):
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class InvalidGroupIdError(HeadwaterError):
+    code = ErrorCode.INVALID_GROUP_ID
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class UnknownMemberIdError(HeadwaterError):
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InvalidSessionTimeoutError(HeadwaterError):
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class RebalanceInProgressError(HeadwaterError):
+    code = ErrorCode.REBALANCE_IN_PROGRESS
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InvalidCommitOffsetSizeError(HeadwaterError):
+    code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NonEmptyGroupError(HeadwaterError):
+    code = ErrorCode.NON_EMPTY_GROUP
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class GroupIdNotFoundError(HeadwaterError):
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+    grpc_status = grpc.StatusCode.NOT_FOUND
+
+
+class MemberIdRequiredError(HeadwaterError):
+    code = ErrorCode.MEMBER_ID_REQUIRED
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class GroupMaxSizeReachedError(HeadwaterError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+    grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class FencedInstanceIdError(HeadwaterError):
+    code = ErrorCode.FENCED_INSTANCE_ID
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
 _BY_CODE: dict[int, type[HeadwaterError]] = {
     cls.code: cls
     for cls in list(globals().values())

@@ -367,7 +367,7 @@ class LeaderAndIsrResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionError, _Mapping]]] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "cluster_id", "brokers", "topics", "controller")
+    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "cluster_id", "brokers", "topics", "controller", "coordinators")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -375,6 +375,7 @@ class UpdateMetadataRequest(_message.Message):
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_FIELD_NUMBER: _ClassVar[int]
+    COORDINATORS_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     broker_epoch: int
@@ -382,7 +383,8 @@ class UpdateMetadataRequest(_message.Message):
     brokers: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.BrokerInfo]
     topics: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.TopicMetadata]
     controller: _metadata_pb2.BrokerInfo
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., cluster_id: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[_metadata_pb2.BrokerInfo, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[_metadata_pb2.TopicMetadata, _Mapping]]] = ..., controller: _Optional[_Union[_metadata_pb2.BrokerInfo, _Mapping]] = ...) -> None: ...
+    coordinators: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.BrokerInfo]
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., cluster_id: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[_metadata_pb2.BrokerInfo, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[_metadata_pb2.TopicMetadata, _Mapping]]] = ..., controller: _Optional[_Union[_metadata_pb2.BrokerInfo, _Mapping]] = ..., coordinators: _Optional[_Iterable[_Union[_metadata_pb2.BrokerInfo, _Mapping]]] = ...) -> None: ...
 
 class UpdateMetadataResponse(_message.Message):
     __slots__ = ("error_code",)

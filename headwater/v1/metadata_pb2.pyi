@@ -73,15 +73,17 @@ class MetadataRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("brokers", "controller_id", "cluster_id", "topics", "controller")
+    __slots__ = ("brokers", "controller_id", "cluster_id", "topics", "controller", "coordinators")
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_FIELD_NUMBER: _ClassVar[int]
+    COORDINATORS_FIELD_NUMBER: _ClassVar[int]
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerInfo]
     controller_id: int
     cluster_id: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicMetadata]
     controller: BrokerInfo
-    def __init__(self, brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller_id: _Optional[int] = ..., cluster_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., controller: _Optional[_Union[BrokerInfo, _Mapping]] = ...) -> None: ...
+    coordinators: _containers.RepeatedCompositeFieldContainer[BrokerInfo]
+    def __init__(self, brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller_id: _Optional[int] = ..., cluster_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., controller: _Optional[_Union[BrokerInfo, _Mapping]] = ..., coordinators: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ...) -> None: ...
