@@ -1,9 +1,10 @@
 """The broker's view of the cluster, replaced wholesale by each UpdateMetadata.
 
-The controller sends the full snapshot (brokers, every topic with its partitions' leader, ISR
-and epochs, the controller and the cluster id); this cache swaps it in one assignment, so a
-reader never sees half of an update. Owned by the event loop: ``update`` is called only by the
-UpdateMetadata handler (after controller-epoch fencing), readers are handlers on the same loop.
+The controller sends the full snapshot (brokers, live group coordinators, every topic with
+its partitions' leader, ISR and epochs, the controller and the cluster id); this cache swaps it
+in one assignment, so a reader never sees half of an update. Owned by the event loop:
+``update`` is called only by the UpdateMetadata handler (after controller-epoch fencing),
+readers are handlers on the same loop.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class _Snapshot:
     controller: metadata_pb2.BrokerInfo | None = None
     brokers: tuple[metadata_pb2.BrokerInfo, ...] = ()
     topics: dict[str, metadata_pb2.TopicMetadata] = field(default_factory=dict)
+    coordinators: tuple[metadata_pb2.BrokerInfo, ...] = ()
 
 
 class MetadataCache:
@@ -47,12 +49,18 @@ class MetadataCache:
             copy_b = metadata_pb2.BrokerInfo()
             copy_b.CopyFrom(b)
             brokers.append(copy_b)
+        coordinators = []
+        for c in request.coordinators:
+            copy_c = metadata_pb2.BrokerInfo()
+            copy_c.CopyFrom(c)
+            coordinators.append(copy_c)
         self._snap = _Snapshot(
             cluster_id=request.cluster_id,
             controller_id=request.controller_id,
             controller=controller,
             brokers=tuple(brokers),
             topics=topics,
+            coordinators=tuple(coordinators),
         )
 
     @property
@@ -97,6 +105,7 @@ class MetadataCache:
             controller_id=snap.controller_id,
             cluster_id=snap.cluster_id,
             brokers=snap.brokers,
+            coordinators=snap.coordinators,
         )
         if snap.controller is not None:
             resp.controller.CopyFrom(snap.controller)

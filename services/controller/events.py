@@ -6,6 +6,8 @@ task (:meth:`ControllerLoop.run`), one event at a time (Kafka's controller event
 * ``BecameActive(epoch)`` / ``Resigned`` — from the election;
 * ``BrokerPut`` / ``BrokerGone`` — from the watch on
   ``/headwater/brokers/ids/`` (a task started while active);
+* ``CoordinatorsChanged`` — the live group coordinators (``coordinators.watch``, a task
+  started while active), copied into every UpdateMetadata;
 * ``Command`` — an RPC handler's work (``services.controller.topics``) with a future the
   handler awaits; while standby, commands fail with NOT_CONTROLLER;
 * ``Resync`` — reload everything from etcd and push it (after an error or a broken watch);
@@ -37,7 +39,8 @@ import prometheus_client as prom
 
 from headwater import errors
 from headwater import etcd as hetcd
-from services.controller import operations, reassignment
+from headwater.v1 import metadata_pb2
+from services.controller import coordinators, operations, reassignment
 from services.controller import state as st
 from services.controller.broker_channels import BrokerChannels
 from services.controller.leadership import elect
@@ -73,6 +76,11 @@ class BrokerGone:
 
 
 @dataclass(frozen=True)
+class CoordinatorsChanged:
+    coordinators: tuple[metadata_pb2.BrokerInfo, ...]
+
+
+@dataclass(frozen=True)
 class Resync:
     pass
 
@@ -90,7 +98,16 @@ class Command:
     future: asyncio.Future[Any]
 
 
-Event = BecameActive | Resigned | BrokerPut | BrokerGone | Resync | RebalanceCheck | Command
+Event = (
+    BecameActive
+    | Resigned
+    | BrokerPut
+    | BrokerGone
+    | CoordinatorsChanged
+    | Resync
+    | RebalanceCheck
+    | Command
+)
 PartitionKey = tuple[str, int]
 
 
@@ -121,6 +138,9 @@ class ControllerLoop(BrokerRequests):
         self._queue: asyncio.Queue[Event] = asyncio.Queue()
         self._watcher: asyncio.Task[None] | None = None
         self._rebalancer: asyncio.Task[None] | None = None
+        self._coord_watcher: asyncio.Task[None] | None = None
+        #: Live group coordinators (from ``coordinators.watch``), pushed in UpdateMetadata.
+        self.coordinators: tuple[metadata_pb2.BrokerInfo, ...] = ()
         self._stopping = False
 
     # ---- entry points (called on the loop by other tasks)
@@ -195,6 +215,9 @@ class ControllerLoop(BrokerRequests):
             await self._broker_put(event.broker)
         elif isinstance(event, BrokerGone):
             await self._broker_gone(event.broker_id)
+        elif isinstance(event, CoordinatorsChanged):
+            self.coordinators = event.coordinators
+            self.send_update_metadata()
         elif isinstance(event, Resync):
             await self._load_and_watch()
         elif isinstance(event, RebalanceCheck):
@@ -226,6 +249,12 @@ class ControllerLoop(BrokerRequests):
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.create_task(self._watch_brokers(revision), name="broker-watch")
             self._watcher.add_done_callback(_log_task_end)
+        if self._coord_watcher is None or self._coord_watcher.done():
+            self._coord_watcher = asyncio.create_task(
+                coordinators.watch(self.etcd, lambda c: self.post(CoordinatorsChanged(c))),
+                name="coordinator-watch",
+            )
+            self._coord_watcher.add_done_callback(_log_task_end)
 
     async def _load_and_push(self, epoch: int) -> int:
         state, revision = await st.load(self.etcd)
@@ -264,10 +293,11 @@ class ControllerLoop(BrokerRequests):
         self.state = None
         ACTIVE.set(0)
         EPOCH.set(0)
-        for task in (self._watcher, self._rebalancer):
+        for task in (self._watcher, self._rebalancer, self._coord_watcher):
             if task is not None:
                 task.cancel()
-        self._watcher = self._rebalancer = None
+        self._watcher = self._rebalancer = self._coord_watcher = None
+        self.coordinators = ()
         await self.channels.close()
 
     async def _watch_brokers(self, revision: int) -> None:

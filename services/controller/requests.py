@@ -28,6 +28,7 @@ class BrokerRequests:
     controller_id: int
     host: str
     port: int
+    coordinators: tuple[metadata_pb2.BrokerInfo, ...]
 
     def partition_pb(self, key: PartitionKey) -> metadata_pb2.PartitionState:
         assert self.state is not None
@@ -108,6 +109,7 @@ class BrokerRequests:
                     brokers=brokers,
                     topics=topics,
                     controller=me,
+                    coordinators=self.coordinators,
                 ),
             )
 
