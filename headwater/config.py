@@ -32,6 +32,16 @@ def _parse_bool(text: str) -> bool:
 
 
 _DAY_MS = 24 * 3600 * 1000
+_LONG_MAX = 2**63 - 1
+
+
+def _normalise_policy(text: str) -> str:
+    """``compact,delete`` in either order (spaces allowed) -> the canonical spelling."""
+    parts = sorted({p.strip() for p in text.split(",") if p.strip()})
+    return ",".join(parts)
+
+
+_POLICIES = ("delete", "compact", "compact,delete")
 
 TOPIC_KEYS: dict[str, ConfigKey] = {
     k.name: k
@@ -112,9 +122,45 @@ TOPIC_KEYS: dict[str, ConfigKey] = {
             "cleanup.policy",
             str,
             "delete",
-            "delete: retention by time and size (compaction arrives with consumer groups).",
-            lambda v: v == "delete",
-            "delete",
+            "delete: retention by time and size; compact: keep the latest record per key "
+            "(log compaction); compact,delete: both.",
+            lambda v: v in _POLICIES,
+            "delete | compact | compact,delete",
+        ),
+        ConfigKey(
+            "delete.retention.ms",
+            int,
+            _DAY_MS,
+            "Compacted topics: how long a tombstone (null value) stays after its segment was "
+            "first cleaned, so that consumers reading the head see the delete.",
+            lambda v: v >= 0,
+            ">= 0",
+        ),
+        ConfigKey(
+            "min.compaction.lag.ms",
+            int,
+            0,
+            "Compacted topics: a record stays uncompacted for at least this long.",
+            lambda v: v >= 0,
+            ">= 0",
+        ),
+        ConfigKey(
+            "max.compaction.lag.ms",
+            int,
+            _LONG_MAX,
+            "Compacted topics: a log whose oldest uncleaned record is older than this is "
+            "cleaned whatever its dirty ratio.",
+            lambda v: v >= 1,
+            ">= 1",
+        ),
+        ConfigKey(
+            "min.cleanable.dirty.ratio",
+            float,
+            0.5,
+            "Compacted topics: clean a log only when uncleaned bytes / cleanable bytes reach "
+            "this ratio.",
+            lambda v: 0.0 <= v <= 1.0,
+            "0 .. 1",
         ),
         ConfigKey(
             "message.timestamp.type",
@@ -158,9 +204,23 @@ class TopicConfig:
     flush_messages: int = -1
     flush_ms: int = -1
     cleanup_policy: str = "delete"
+    delete_retention_ms: int = _DAY_MS
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
     message_timestamp_type: str = "CreateTime"
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+
+    @property
+    def compact_enabled(self) -> bool:
+        """cleanup.policy includes compact."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete_enabled(self) -> bool:
+        """cleanup.policy includes delete (time and size retention apply)."""
+        return "delete" in self.cleanup_policy.split(",")
 
 
 def _parse(key: ConfigKey, text: str) -> object:
@@ -169,6 +229,12 @@ def _parse(key: ConfigKey, text: str) -> object:
             value: object = _parse_bool(text)
         elif key.kind is int:
             value = int(text.strip())
+        elif key.kind is float:
+            value = float(text.strip())
+            if value != value:  # NaN
+                raise ValueError("not a number")
+        elif key.name == "cleanup.policy":
+            value = _normalise_policy(text)
         else:
             value = text.strip()
     except ValueError as exc:

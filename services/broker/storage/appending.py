@@ -8,8 +8,9 @@ pieces to the active segment.
   view of the caller's buffer (records are never copied). With ``append_time`` set
   (LogAppendTime topics) the whole batch is copied once and stamped.
 * Follower mode (``leader_epoch`` None): the leader's batches are written as they are; each
-  must start exactly where the previous one ended, the first at ``start``
-  (InvalidRequestError otherwise).
+  must start at or after the offset where the previous one ended, the first at or after
+  ``start`` (InvalidRequestError otherwise). A batch may start *after* it: log compaction
+  leaves gaps in the offsets of a cleaned leader log (offsets never change, records go).
 
 ``new_epochs`` lists ``(epoch, start offset)`` for each batch whose leader epoch is newer than
 ``latest_epoch`` and the batches before it: the epoch-cache entries the append adds.
@@ -68,10 +69,11 @@ def prepare(
     for pos, h in batches:
         size = h.total_size
         if leader_epoch is None:
-            if h.base_offset != nxt:
+            if h.base_offset < nxt:
                 raise InvalidRequestError(
                     f"replicated batch at {h.base_offset} does not follow offset {nxt}"
                 )
+            nxt = h.base_offset  # a gap left by compaction on the leader
             w.pieces.append(view[pos : pos + size])
             epoch, ts = h.partition_leader_epoch, h.max_timestamp
         elif append_time is not None:

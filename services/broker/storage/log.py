@@ -5,11 +5,15 @@ Layout of the directory::
     00000000000000000000.log / .index / .timeindex   one segment per base offset
     00000000000000052311.log / .index / .timeindex   (the last one is the active segment)
     partition.checkpoint                            log start offset, recovery point
+    cleaner.checkpoint                              compacted topics: first uncleaned offset
+    .cleaned-<base>-<end>/, .swap-<base>-<end>/     compaction staging (``swap.py``)
     .clean_shutdown                                 present only while the log is closed cleanly
 
-Offsets are dense and assigned here: each appended batch gets ``base_offset`` = the log end
-offset (LEO) and the LEO advances by ``last_offset_delta + 1``. Segments are ordered by base
-offset; a segment's batches all lie in ``[its base, next segment's base)``.
+Offsets are assigned here: each appended batch gets ``base_offset`` = the log end offset
+(LEO) and the LEO advances by ``last_offset_delta + 1``. They are dense when written; log
+compaction (``cleaner.py``) later removes records but never changes an offset, so a cleaned
+log has gaps, and a follower copying a cleaned leader log writes the same gaps. Segments
+are ordered by base offset; a segment's batches all lie in ``[its base, next segment's base)``.
 
 Concurrency contract:
 
@@ -25,6 +29,9 @@ Concurrency contract:
   last reference goes (``LogSegment`` module doc). ``truncate_to`` shortens files in place;
   a reader racing with it may get fewer batches than its snapshot promised (never a partial
   batch), which is why truncation below the high watermark must only happen on followers.
+* ``replace_segments`` (the cleaner) swaps a run of sealed segments for their cleaned copy
+  under the lock, in one snapshot change: readers holding the old segments keep reading
+  their unlinked files. The cleaner itself reads the sealed segments without the lock.
 * ``close`` closes descriptors at once: stop readers first.
 """
 
@@ -44,7 +51,7 @@ from headwater.errors import (
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
-from services.broker.storage import appending, checkpoint, recovery
+from services.broker.storage import appending, checkpoint, recovery, swap
 from services.broker.storage.leader_epoch import LeaderEpochCache
 from services.broker.storage.results import AppendInfo, FetchSlice, Snapshot, read_batches
 from services.broker.storage.segment import LogSegment, TimestampMatch
@@ -71,6 +78,9 @@ class Log:
         self._first_unflushed_ms: int | None = None
         self._written_checkpoint: checkpoint.Checkpoint | None = None
         self._closed = False
+        #: Bumped by every mutation that removes or rewrites sealed data (truncation,
+        #: retention, a cleaner swap): the cleaner installs its work only if it is unchanged.
+        self.structure_version = 0
         #: Bytes cut off by recovery when this log was opened (0 after a clean shutdown).
         self.recovered_bytes_truncated = 0
         self._snap: Snapshot
@@ -90,6 +100,7 @@ class Log:
 
     def _load(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        swap.recover(self.dir)  # finish committed cleaner swaps, discard uncommitted ones
         clean = checkpoint.take_clean_shutdown(self.dir)
         cp = checkpoint.read_checkpoint(self.dir)
         bases = sorted(
@@ -190,7 +201,8 @@ class Log:
             now = self._clock()
             stamp = not follower and self.config.message_timestamp_type == "LogAppendTime"
             append_time = (log_append_time if log_append_time is not None else now) if stamp else -1
-            seg = self._maybe_roll(total, self._leo + offsets - 1, now)
+            last = batches[-1][1].last_offset if follower else self._leo + offsets - 1
+            seg = self._maybe_roll(total, max(last, self._leo + offsets - 1), now)
             w = appending.prepare(
                 view,
                 batches,
@@ -260,7 +272,8 @@ class Log:
 
         Stops before a batch whose base offset is >= ``max_offset`` (the high watermark for
         consumers) and at the end of the segment; returns at least one batch, however large,
-        when one is visible. Empty at the log end (or at/after ``max_offset``). Raises
+        when one is visible. Empty at the log end (or at/after ``max_offset``). In a
+        compacted log an offset inside a removed range reads from the next batch. Raises
         OffsetOutOfRangeError when ``offset`` is below the log start or above the log end.
         """
         snap = self._snap
@@ -269,7 +282,8 @@ class Log:
                 f"offset {offset} is outside [{snap.log_start_offset}, {snap.log_end_offset}]"
             )
         limit = snap.log_end_offset if max_offset is None else min(max_offset, snap.log_end_offset)
-        i = bisect.bisect_right(snap.bases, offset) - 1
+        # max(0): compaction may have removed whole segments at the start of the log
+        i = max(0, bisect.bisect_right(snap.bases, offset) - 1)
         last = len(snap.segments) - 1
         while offset < limit and 0 <= i <= last:
             seg = snap.segments[i]
@@ -349,11 +363,14 @@ class Log:
         A segment expires by time when its largest timestamp is older than ``retention.ms``;
         by size while the log minus that segment is still >= ``retention.bytes``. The
         active segment is never deleted. Advances (and checkpoints) the log start offset.
+        Does nothing when cleanup.policy does not include ``delete`` (compact only).
         """
         with self._lock:
             self._check_open()
             cfg, segs = self.config, self._segments
             n = 0
+            if not cfg.delete_enabled:
+                return 0
             if cfg.retention_ms >= 0:
                 while n < len(segs) - 1 and now_ms - segs[n].largest_timestamp() > cfg.retention_ms:
                     n += 1
@@ -367,6 +384,7 @@ class Log:
             return n
 
     def _delete_oldest(self, n: int) -> None:
+        self.structure_version += 1
         gone = self._segments[:n]
         del self._segments[:n]
         self._size -= sum(s.size for s in gone)
@@ -389,6 +407,7 @@ class Log:
             if offset < self._log_start:
                 self.truncate_fully_and_start_at(offset)
                 return
+            self.structure_version += 1
             k = bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
             gone = self._segments[k + 1 :]
             del self._segments[k + 1 :]
@@ -408,6 +427,7 @@ class Log:
         fell out of the leader's range)."""
         with self._lock:
             self._check_open()
+            self.structure_version += 1
             gone = self._segments
             for seg in gone:
                 seg.delete()  # unlink first: the new segment may reuse a base offset's names
@@ -423,6 +443,58 @@ class Log:
         self._log_start = min(self._log_start, self._leo)
         self._publish(structure_changed=True)
         self._write_checkpoint()
+
+    # -- compaction ---------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The current read snapshot (the cleaner reads sealed segments through it)."""
+        return self._snap
+
+    def replace_segments(
+        self, old: Sequence[LogSegment], staged: Path, *, end: int, version: int
+    ) -> bool:
+        """Swap the run ``old`` of sealed segments for the cleaned segment staged in
+        ``staged`` (``swap.py`` layout); False (nothing changed, stage removed) when the log
+        changed since the cleaner read them (``structure_version`` moved, a segment gone or
+        no longer sealed) or is closed. An empty cleaned segment is not installed: the run
+        simply disappears (readers skip offset gaps, ``read`` doc).
+
+        Commit point: the rename of the stage to its ``.swap-`` name; from there a crash is
+        completed by ``swap.recover`` at the next open. Readers that captured the old
+        segments keep reading their unlinked files.
+        """
+        with self._lock:
+            segs = self._segments
+            ok = not self._closed and version == self.structure_version and bool(old)
+            if ok:
+                try:
+                    k = segs.index(old[0])
+                except ValueError:
+                    k = -1
+                ok = k >= 0 and segs[k : k + len(old)] == list(old) and k + len(old) < len(segs)
+            if not ok:
+                swap.discard(staged)
+                return False
+            done = swap.commit(staged, old[0].base_offset, end)
+            for seg in old:
+                seg.delete()  # unlink; readers holding it keep the fd (segment module doc)
+            swap.install(self.dir, done)
+            new = self._new_segment(old[0].base_offset)
+            if not new.load(end, self._clock()):
+                new.recover(check_crc=False)
+                new.seal()
+            new.next_offset = end
+            replacement = [new]
+            if new.size == 0:  # everything removed: the run of segments disappears
+                new.delete()
+                new.close()
+                replacement = []
+            segs[k : k + len(old)] = replacement
+            self._size += new.size - sum(s.size for s in old)
+            self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in old]
+            self.structure_version += 1
+            self._publish(structure_changed=True)
+            return True
 
     # -- flushing -----------------------------------------------------------------------
 
