@@ -1,0 +1,44 @@
+"""What a request handler returns: records to append, a response, replies to parked requests.
+
+Handlers are pure functions ``(table, request, ctx) -> Outcome``. The runtime
+(:mod:`partition`) appends ``records`` to the owned offsets-topic partition (acks=all), waits
+until its tail reader has read them back below the high watermark and applied them with
+``GroupTable.replay``, and only then sends ``response`` (or, when ``wait`` is set, parks the
+request under that key) and delivers ``replies`` to requests parked earlier (JoinGroup and
+SyncGroup are long polls). Parked keys: ``("join" | "sync", group_id, member_id)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.coordinator import records as rec
+
+WaitKey = tuple[str, str, str]
+
+
+@dataclass
+class Ctx:
+    """The handler's view of the world: the time, the writer's epoch, an id generator."""
+
+    now_ms: int
+    epoch: int
+    new_member_id: Callable[[str], str]
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+
+
+@dataclass
+class Outcome:
+    records: list[rec.Record] = field(default_factory=list)
+    response: Any = None
+    wait: WaitKey | None = None
+    replies: list[tuple[WaitKey, Any]] = field(default_factory=list)
+    #: (group_id, duration_ms) for every rebalance completed by this step (metrics)
+    rebalances: list[tuple[str, int]] = field(default_factory=list)
+
+    def merge(self, other: Outcome) -> None:
+        self.records.extend(other.records)
+        self.replies.extend(other.replies)
+        self.rebalances.extend(other.rebalances)
