@@ -21,6 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--from-beginning", action="store_true", help="start at the log start")
     start.add_argument("--offset", type=int, help="start at this offset (every partition read)")
     p.add_argument("--partition", type=int, help="read only this partition")
+    p.add_argument(
+        "--group",
+        help="consume as a member of this consumer group (subscribe; commits as it goes; "
+        "starts at the committed offsets, else at the end or --from-beginning)",
+    )
     p.add_argument("--max-messages", type=int, help="exit after this many records")
     p.add_argument(
         "--timeout-ms", type=int, help="exit when no record arrives for this long (default: wait)"
@@ -88,8 +93,46 @@ async def _partitions(boot: str, topic: str, only: int | None) -> list[TopicPart
     return [TopicPartition(topic, p) for p in sorted(info.partitions)]
 
 
+async def _run_group(args: argparse.Namespace, boot: str) -> int:
+    if args.partition is not None or args.offset is not None:
+        raise common.UsageError("--group does not combine with --partition or --offset")
+    reset = "earliest" if args.from_beginning else "latest"
+    sep = args.key_separator.encode()
+    count = 0
+    async with AsyncConsumer(
+        boot,
+        group_id=args.group,
+        auto_offset_reset=reset,
+        client_id="headwater-cli",
+        auto_commit_interval_ms=1000,
+    ) as c:
+        c.subscribe([args.topic])
+        last = time.monotonic()
+        while args.max_messages is None or count < args.max_messages:
+            wait = 1000 if args.timeout_ms is None else max(1, args.timeout_ms)
+            left = None if args.max_messages is None else args.max_messages - count
+            batches = await c.poll_batches(timeout_ms=wait, max_records=left)
+            if not batches:
+                if args.timeout_ms is not None and (time.monotonic() - last) * 1000 >= (
+                    args.timeout_ms
+                ):
+                    break
+                continue
+            last = time.monotonic()
+            for fb in batches:
+                if args.output == "json":
+                    count += _write_json(fb, None)
+                else:
+                    count += _write_text(fb, None, args.print_key, sep)
+            sys.stdout.flush()
+            await c.commit()
+    return 0
+
+
 async def run(args: argparse.Namespace) -> int:
     boot = common.bootstrap(args)
+    if args.group:
+        return await _run_group(args, boot)
     tps = await _partitions(boot, args.topic, args.partition)
     sep = args.key_separator.encode()
     count = 0

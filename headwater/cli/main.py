@@ -17,6 +17,7 @@ from headwater.cli import (
     cluster_cmd,
     common,
     consume,
+    groups_cmd,
     metadata_cmd,
     partitions_cmd,
     produce,
@@ -41,7 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output", choices=["text", "json"], default="text")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (topics, produce, consume, bench, metadata_cmd, cluster_cmd, partitions_cmd):
+    for module in (
+        topics,
+        produce,
+        consume,
+        bench,
+        metadata_cmd,
+        cluster_cmd,
+        partitions_cmd,
+        groups_cmd,
+    ):
         module.register(sub)
     sub.add_parser("dev", help="run a local cluster (see `headwater dev --help`)", add_help=False)
     return parser

@@ -1,4 +1,5 @@
-"""The Headwater Python client: producer, consumer (no groups yet) and admin client.
+"""The Headwater Python client: producer, consumer (manual assignment or consumer groups)
+and admin client.
 
 asyncio API: :class:`AsyncProducer`, :class:`AsyncConsumer`, :class:`AsyncAdminClient`.
 Blocking API (a private loop in a thread): :class:`Producer`, :class:`Consumer`,
@@ -14,6 +15,7 @@ from headwater.client.admin import (
     PartitionDescription,
     TopicDescription,
 )
+from headwater.client.admin_groups import GroupDescription, ListedGroup, PartitionLag
 from headwater.client.consumer import AsyncConsumer
 from headwater.client.errors import (
     BufferExhaustedError,
@@ -24,6 +26,7 @@ from headwater.client.errors import (
     ProducerClosedError,
 )
 from headwater.client.fetched import FetchedBatch
+from headwater.client.group import RebalanceListener
 from headwater.client.partitioner import (
     DefaultPartitioner,
     Murmur2Partitioner,
@@ -56,16 +59,20 @@ __all__ = [
     "DefaultPartitioner",
     "DeliveryTimeoutError",
     "FetchedBatch",
+    "GroupDescription",
     "GroupMetadata",
     "IllegalStateError",
+    "ListedGroup",
     "Murmur2Partitioner",
     "NewTopic",
     "NoOffsetForPartitionError",
     "OffsetAndTimestamp",
     "PartitionDescription",
+    "PartitionLag",
     "PartitionRange",
     "Producer",
     "ProducerClosedError",
+    "RebalanceListener",
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",

@@ -15,6 +15,10 @@ Operations (issue 3): :meth:`AsyncAdminClient.elect_leaders` returns one
 reported per partition, not raised); :meth:`AsyncAdminClient.alter_partition_reassignments`
 raises the first partition's error; :meth:`AsyncAdminClient.list_partition_reassignments`
 shows progress.
+
+Consumer groups (issue 4): ``list_groups``, ``describe_groups`` (members, assignments,
+per-partition lag), ``delete_groups``, ``list_consumer_group_offsets``,
+``alter_consumer_group_offsets`` — see :mod:`headwater.client.admin_groups`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 import grpc
 
 from headwater import errors
+from headwater.client.admin_groups import GroupAdminMixin
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import ClusterView, Metadata
 from headwater.client.offsets import EARLIEST, LATEST, list_offsets
@@ -137,7 +142,7 @@ def _raise_result(result: controller_pb2.TopicResult) -> None:
     errors.raise_for_code(result.error_code, result.error_message or result.name)
 
 
-class AsyncAdminClient:
+class AsyncAdminClient(GroupAdminMixin):
     """See the module docstring. Lives on one event loop."""
 
     def __init__(

@@ -11,7 +11,7 @@ import grpc
 
 from headwater.errors import InvalidConfigError
 from headwater.rpc.server import channel_options
-from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2_grpc
+from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2_grpc, coordinator_pb2_grpc
 
 _PRODUCE_METHOD = "/headwater.v1.Broker/Produce"
 
@@ -44,6 +44,7 @@ class ConnectionPool:
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
         self._controllers: dict[str, controller_pb2_grpc.ControllerStub] = {}
         self._raw_produce: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
+        self._coordinators: dict[str, coordinator_pb2_grpc.GroupCoordinatorStub] = {}
 
     def channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
@@ -72,6 +73,13 @@ class ConnectionPool:
             self._raw_produce[address] = call
         return call
 
+    def coordinator(self, address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
+        stub = self._coordinators.get(address)
+        if stub is None:
+            stub = coordinator_pb2_grpc.GroupCoordinatorStub(self.channel(address))
+            self._coordinators[address] = stub
+        return stub
+
     def controller(self, address: str) -> controller_pb2_grpc.ControllerStub:
         stub = self._controllers.get(address)
         if stub is None:
@@ -84,6 +92,7 @@ class ConnectionPool:
         self._channels.clear()
         self._brokers.clear()
         self._controllers.clear()
+        self._coordinators.clear()
         self._raw_produce.clear()
         for ch in channels:
             await ch.close()

@@ -23,6 +23,15 @@ gRPC flow control holds the broker back. The task restarts the stream after retr
 Non-retriable errors are raised by the next ``poll``. Decoding (CRC check, decompression)
 happens in ``poll`` on whole batches.
 
+Groups: with ``group_id`` set, ``subscribe(topics | pattern=..., listener=...)`` makes the
+consumer a group member (:mod:`headwater.client.group`): the assignment comes from the
+group, positions start at the committed offsets, ``commit``/``commit_async``/``committed``
+talk to the group's coordinator, and auto-commit (``enable_auto_commit``, every
+``auto_commit_interval_ms``, from ``poll``) commits the position after the last record
+``poll`` returned. ``partition_assignment_strategy`` defaults to ``["range",
+"cooperative-sticky"]`` as Kafka 3.x: the group uses range until every member lists
+cooperative-sticky first. ``assign`` and ``subscribe`` exclude each other.
+
 Ownership: everything runs on one event loop; the fetch task of a partition is the only
 writer of its ``pending`` list, ``poll`` the only reader; positions are changed only by
 ``poll`` and the seek methods (callers on the loop).
@@ -42,12 +51,14 @@ import grpc
 from headwater import errors
 from headwater.batch import RecordBatch, decode_batches
 from headwater.client.connection import ConnectionPool, parse_bootstrap
+from headwater.client.coordinator_client import CoordinatorClient
 from headwater.client.errors import (
     ConsumerClosedError,
     IllegalStateError,
     NoOffsetForPartitionError,
 )
 from headwater.client.fetched import FetchedBatch, first_index_at, offset_at
+from headwater.client.group import GroupConfig, GroupMember, RebalanceListener
 from headwater.client.metadata import Metadata
 from headwater.client.offsets import EARLIEST, LATEST, list_offsets
 from headwater.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
@@ -116,6 +127,14 @@ class AsyncConsumer:
         check_crcs: bool = True,
         client_id: str = "headwater-python",
         metadata_max_age_ms: int = 300_000,
+        group_id: str | None = None,
+        session_timeout_ms: int = 45_000,
+        max_poll_interval_ms: int = 300_000,
+        heartbeat_interval_ms: int = 3_000,
+        group_instance_id: str | None = None,
+        partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise errors.InvalidConfigError(
@@ -142,6 +161,20 @@ class AsyncConsumer:
         self._wake: asyncio.Event | None = None
         self._closed = False
         self._rr = 0
+        self._group_cfg: GroupConfig | None = None
+        if group_id is not None:
+            self._group_cfg = GroupConfig(
+                group_id=group_id,
+                session_timeout_ms=session_timeout_ms,
+                max_poll_interval_ms=max_poll_interval_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                group_instance_id=group_instance_id or "",
+                partition_assignment_strategy=tuple(partition_assignment_strategy),
+                enable_auto_commit=enable_auto_commit,
+                auto_commit_interval_ms=auto_commit_interval_ms,
+            )
+            self._group_cfg.validate()
+        self._group: GroupMember | None = None
 
     # ------------------------------------------------------------ plumbing
 
@@ -174,9 +207,73 @@ class AsyncConsumer:
 
     # ------------------------------------------------------------ assignment and positions
 
+    # ------------------------------------------------------------ groups
+
+    def _group_member(self) -> GroupMember:
+        pool, md = self._ensure_started()
+        if self._group is None:
+            if self._group_cfg is None:
+                raise errors.InvalidGroupIdError("this consumer has no group_id")
+            coord = CoordinatorClient(pool, md, timeout_s=self.timeout_s, backoff_s=self.backoff_s)
+            self._group = GroupMember(self, coord, self._group_cfg)
+        return self._group
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        *,
+        pattern: str | None = None,
+        listener: RebalanceListener | None = None,
+    ) -> None:
+        """Join the group (at the next poll) for ``topics`` or topics matching ``pattern``."""
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if (pattern is None) == (not names):
+            raise IllegalStateError("subscribe to a list of topics or to a pattern, not both")
+        if self._parts and self._group is None:
+            raise IllegalStateError("subscribe() after assign(): call assign([]) first")
+        self._group_member().subscribe(names, pattern, listener)
+
+    def subscription(self) -> set[str]:
+        return set() if self._group is None else set(self._group.topics)
+
+    @property
+    def generation(self) -> int:
+        """The group generation of the current assignment (-1 outside a group)."""
+        return -1 if self._group is None else self._group.generation
+
+    @property
+    def member_id(self) -> str:
+        return "" if self._group is None else self._group.member_id
+
+    def _group_assign(self, partitions: set[TopicPartition]) -> None:
+        """The membership code's way to set the assignment (see :mod:`.group`)."""
+        for tp in list(self._parts):
+            if tp not in partitions:
+                self._stop(self._parts.pop(tp))
+        for tp in sorted(partitions):
+            if tp not in self._parts:
+                self._parts[tp] = _Partition(tp)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (next offset to read) or, by default, the position of every
+        assigned partition; carries the generation and member id (stale ones are rejected)."""
+        await self._group_member().commit(offsets)
+
+    def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> asyncio.Task[None]:
+        """Like :meth:`commit` in a task; the task's exception reports a failure."""
+        return asyncio.get_running_loop().create_task(self.commit(offsets), name="commit-async")
+
+    async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None: nothing committed)."""
+        return await self._group_member().fetch_committed(tps)
+
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replace the assignment; kept partitions keep their position and buffers."""
         self._ensure_started()
+        if self._group is not None and self._group.topics:
+            raise IllegalStateError("assign() on a subscribed consumer")
         wanted = [TopicPartition(*tp) for tp in partitions]
         if len(set(wanted)) != len(wanted):
             raise IllegalStateError("duplicate partitions in assignment")
@@ -430,18 +527,22 @@ class AsyncConsumer:
         """Whole decoded batches (sliced to the position) fetched so far, waiting up to
         ``timeout_ms`` for the first; raises a partition's non-retriable fetch error."""
         self._ensure_started()
-        if not self._parts:
+        group = self._group
+        if not self._parts and group is None:
             raise IllegalStateError("no partitions assigned")
-        await self._resolve_positions([st for st in self._parts.values() if st.position is None])
-        self._ensure_fetching()
         deadline = time.monotonic() + timeout_ms / 1000
         assert self._wake is not None
         while True:
             self._wake.clear()
+            if group is not None:
+                await group.ensure_active(deadline - time.monotonic())
+            await self._resolve_positions(
+                [st for st in self._parts.values() if st.position is None]
+            )
+            self._ensure_fetching()
             out = self._collect(max_records)
             if out:
                 return out
-            self._ensure_fetching()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
@@ -460,6 +561,11 @@ class AsyncConsumer:
     async def close(self) -> None:
         if self._closed:
             return
+        if self._group is not None:
+            try:
+                await self._group.close()
+            except errors.HeadwaterError as exc:
+                log.warning("leaving the group on close failed: %s", exc)
         self._closed = True
         tasks = [st.task for st in self._parts.values() if st.task is not None]
         for st in self._parts.values():

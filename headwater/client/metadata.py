@@ -48,6 +48,7 @@ class ClusterView:
     controller_id: int = -1
     cluster_id: str = ""
     controller_address: str | None = None
+    coordinators: tuple[str, ...] = ()  # live group coordinators, "host:port"
 
     def address(self, broker_id: int) -> str | None:
         b = self.brokers.get(broker_id)
@@ -89,6 +90,7 @@ def view_from_response(resp: metadata_pb2.MetadataResponse) -> ClusterView:
         controller_id=resp.controller_id,
         cluster_id=resp.cluster_id,
         controller_address=controller_address,
+        coordinators=tuple(f"{c.host}:{c.port}" for c in resp.coordinators if c.host),
     )
 
 

@@ -25,8 +25,10 @@ from headwater.client.admin import (
     Reassignment,
     TopicDescription,
 )
+from headwater.client.admin_groups import GroupDescription, ListedGroup
 from headwater.client.consumer import AsyncConsumer
 from headwater.client.fetched import FetchedBatch
+from headwater.client.group import RebalanceListener
 from headwater.client.producer import AsyncProducer, Callback
 from headwater.client.types import (
     ConsumerRecord,
@@ -207,6 +209,37 @@ class Consumer:
     ) -> list[FetchedBatch]:
         return self._lt.run(self._c.poll_batches(timeout_ms, max_records))
 
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        *,
+        pattern: str | None = None,
+        listener: RebalanceListener | None = None,
+    ) -> None:
+        """Like :meth:`AsyncConsumer.subscribe`; listener callbacks run on the consumer's
+        private loop thread."""
+        names = [topics] if isinstance(topics, str) else list(topics)
+        self._lt.run(self._do(lambda: self._c.subscribe(names, pattern=pattern, listener=listener)))
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        self._lt.run(self._c.commit(offsets))
+
+    def commit_async(
+        self, offsets: dict[TopicPartition, int] | None = None
+    ) -> concurrent.futures.Future[None]:
+        return self._lt.submit(self._c.commit(offsets))
+
+    def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return self._lt.run(self._c.committed(list(tps)))
+
+    @property
+    def generation(self) -> int:
+        return self._c.generation
+
+    @property
+    def member_id(self) -> str:
+        return self._c.member_id
+
     def close(self) -> None:
         try:
             self._lt.run(self._c.close())
@@ -286,6 +319,29 @@ class AdminClient:
         self, wanted: Mapping[TopicPartition, int | str]
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
         return self._lt.run(self._a.list_offsets(wanted))
+
+    def list_groups(self, states: Iterable[str] = ()) -> list[ListedGroup]:
+        return self._lt.run(self._a.list_groups(list(states)))
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        return self._lt.run(self._a.describe_groups(list(group_ids)))
+
+    def delete_groups(self, group_ids: Iterable[str]) -> None:
+        self._lt.run(self._a.delete_groups(list(group_ids)))
+
+    def list_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, int]:
+        return self._lt.run(
+            self._a.list_consumer_group_offsets(
+                group_id, None if partitions is None else list(partitions)
+            )
+        )
+
+    def alter_consumer_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        self._lt.run(self._a.alter_consumer_group_offsets(group_id, offsets))
 
     def close(self) -> None:
         try:
