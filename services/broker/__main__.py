@@ -63,6 +63,18 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         help="TTL of the broker's etcd lease: how long after a crash the controller notices "
         "and fails its partitions over (etcd's minimum is 2)",
     )
+    ap.add_argument(
+        "--log-cleaner-backoff-ms",
+        type=int,
+        default=15_000,
+        help="pause between two log-compaction passes over the compacted logs",
+    )
+    ap.add_argument(
+        "--log-cleaner-io-max-bytes-per-second",
+        type=float,
+        default=0,
+        help="throttle of the log cleaner's reads plus writes (0: unlimited)",
+    )
     a = ap.parse_args(argv)
     dirs = [Path(d) for d in a.data_dirs.split(",") if d.strip()]
     if not dirs:
@@ -71,6 +83,10 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         ap.error("--broker-id must be >= 0")
     if a.session_timeout_s < 2:
         ap.error("--session-timeout-s must be at least 2 (etcd's minimum lease TTL)")
+    if a.log_cleaner_backoff_ms <= 0:
+        ap.error("--log-cleaner-backoff-ms must be positive")
+    if a.log_cleaner_io_max_bytes_per_second < 0:
+        ap.error("--log-cleaner-io-max-bytes-per-second must be >= 0")
     if a.replica_lag_time_max_ms <= 0:
         ap.error("--replica-lag-time-max-ms must be positive")
     try:
@@ -96,6 +112,8 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         replica_lag_time_max_ms=a.replica_lag_time_max_ms,
         controlled_shutdown_s=a.controlled_shutdown_timeout_s,
         session_timeout_s=a.session_timeout_s,
+        log_cleaner_backoff_ms=a.log_cleaner_backoff_ms,
+        log_cleaner_io_max_bytes_per_s=a.log_cleaner_io_max_bytes_per_second or None,
     )
 
 

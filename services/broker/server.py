@@ -14,6 +14,10 @@ Everything runs on one asyncio loop (``asyncio.run(serve(...))``). Who owns what
     owned by the etcd adapter's ``LeaseKeeper``;
   - ``broker-retention``: every ``RETENTION_INTERVAL_S``, deletes expired segments;
   - ``broker-flush``: every ``FLUSH_INTERVAL_S``, fsyncs logs whose flush policy is due;
+  - ``broker-log-cleaner``: every ``--log-cleaner-backoff-ms``, one compaction pass over each
+    hosted log whose cleanup.policy includes compact, one log at a time in a worker thread,
+    bounded by the partition's high watermark and throttled to
+    ``--log-cleaner-io-max-bytes-per-second`` (``storage/cleaner.py``);
   - ``broker-hw-checkpoint``: every ``HW_CHECKPOINT_INTERVAL_S``, writes each log directory's
     ``replication-offset-checkpoint`` (also written at shutdown);
   - ``broker-isr-shrink``: every ``replica.lag.time.max.ms / 2``, proposes removing lagging
@@ -41,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headwater import etcd as hetcd
+from headwater.batch.codec import now_ms
+from headwater.errors import HeadwaterError
 from headwater.rpc.server import start_server
 from services.broker import servicer
 from services.broker.metadata_cache import MetadataCache
@@ -48,7 +54,7 @@ from services.broker.registration import LEASE_TTL_S, Registration
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.peers import Peers
 from services.broker.replication.shutdown import controlled_shutdown
-from services.broker.storage import LogManager
+from services.broker.storage import LogManager, cleaner
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +81,10 @@ class BrokerSettings:
     controlled_shutdown_s: float = 10.0
     #: TTL of the registration lease (``--session-timeout-s``)
     session_timeout_s: int = LEASE_TTL_S
+    #: Pause between two log-cleaner passes (``--log-cleaner-backoff-ms``).
+    log_cleaner_backoff_ms: int = 15_000
+    #: Cleaner read+write throttle (``--log-cleaner-io-max-bytes-per-second``); None: none.
+    log_cleaner_io_max_bytes_per_s: float | None = None
 
 
 def create_guarded_task(
@@ -105,6 +115,33 @@ async def _every(interval: float, name: str, fn: Callable[[], Awaitable[None]]) 
             await fn()
         except Exception:
             log.exception("%s pass failed", name)
+
+
+async def _cleaner_pass(rm: ReplicaManager, bytes_per_s: float | None) -> None:
+    """One compaction pass over every hosted compacted log (see module doc). A log that
+    fails is logged and skipped; the others are still cleaned."""
+    throttler = cleaner.Throttler(bytes_per_s)
+    for p in list(rm.partitions.values()):
+        lg = p.log
+        if lg.closed or not lg.config.compact_enabled:
+            continue
+        try:
+            res = await asyncio.to_thread(
+                cleaner.clean_log, lg, now_ms(), throttler=throttler, max_offset=p.high_watermark
+            )
+        except (HeadwaterError, OSError):
+            log.exception("cleaning %s failed", lg.dir.name)
+            continue
+        if res is not None:
+            log.info(
+                "cleaned %s: offsets [%d, %d) dirty, %d -> %d segments, %d records removed",
+                lg.dir.name,
+                res.plan.first_dirty,
+                res.plan.end,
+                res.segments_before,
+                res.segments_after,
+                res.records_removed,
+            )
 
 
 def _write_ready_file(path: Path, port: int, metrics_port: int) -> None:
@@ -183,6 +220,17 @@ async def serve(settings: BrokerSettings) -> int:
             create_guarded_task(
                 _every(FLUSH_INTERVAL_S, "flush", rm.flush_pass),
                 name="broker-flush",
+                on_failure=fail,
+            )
+        )
+        tasks.append(  # log compaction of compacted topics
+            create_guarded_task(
+                _every(
+                    settings.log_cleaner_backoff_ms / 1000,
+                    "log-cleaner",
+                    lambda: _cleaner_pass(rm, settings.log_cleaner_io_max_bytes_per_s),
+                ),
+                name="broker-log-cleaner",
                 on_failure=fail,
             )
         )
