@@ -229,6 +229,12 @@ class GroupMember:
 
     async def _join_inner(self) -> None:
         self.stable = False
+        # What this member owned before the rebalance, reported in its subscription so that
+        # sticky assignors keep placements. Eager protocols revoke everything before joining,
+        # so it is recorded first (Kafka's StickyAssignor reports its previous assignment the
+        # same way); cooperative members still own what they report.
+        owned_before = tuple(sorted(tp for tp in self.assigned if tp.topic in self.topics))
+        generation_before = self.generation
         if not self.cooperative():
             await self._revoke(set(self.assigned))
         else:  # cooperative: give up only partitions of topics no longer subscribed
@@ -236,11 +242,12 @@ class GroupMember:
         while not self.closed:
             if self.lost:
                 await self._drop_lost()
-            prev_owned = tuple(sorted(self.assigned))
+                owned_before = ()
+            cooperative = self.cooperative()
             sub = asg.Subscription(
                 topics=tuple(sorted(self.topics)),
-                owned_partitions=prev_owned,
-                generation_id=self.generation,
+                owned_partitions=tuple(sorted(self.assigned)) if cooperative else owned_before,
+                generation_id=self.generation if cooperative else generation_before,
             )
             meta = asg.encode_subscription(sub)
             req = cpb.JoinGroupRequest(
