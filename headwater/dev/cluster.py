@@ -11,11 +11,14 @@ Ports are picked at run time (services bind port 0 and report the port in the re
 Readiness is waited for with bounded deadlines: ready file, gRPC health SERVING, and for a
 broker, the broker listing itself in its Metadata answer (which only happens once the active
 controller has registered it and pushed UpdateMetadata). Processes are stopped by PID
-(SIGTERM, then SIGKILL after a timeout); brokers first, then controllers, then etcd.
+(SIGTERM, then SIGKILL after a timeout); coordinators, brokers, controllers, then etcd.
 
 Process contracts: ``python -m services.controller --controller-id N --host H --port 0
---etcd E --metrics-port 0 --ready-file F`` and ``python -m services.broker --broker-id N
---host H --port 0 --data-dirs d1[,d2] --etcd E --metrics-port 0 --ready-file F [--rack R]``.
+--etcd E --metrics-port 0 --ready-file F``, ``python -m services.broker --broker-id N
+--host H --port 0 --data-dirs d1[,d2] --etcd E --metrics-port 0 --ready-file F [--rack R]``
+and ``python -m services.coordinator --coordinator-id N --host H --port 0 --etcd E
+--metrics-port 0 --ready-file F`` (coordinators start after the brokers: they create
+``__consumer_offsets`` through the controller; they stop first).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ HOST = "127.0.0.1"
 class ServiceProcess:
     """A controller or broker child process and what its ready file reported."""
 
-    kind: str  # "controller" | "broker"
+    kind: str  # "controller" | "broker" | "coordinator"
     node_id: int
     argv: list[str]
     log_path: Path
@@ -158,6 +161,21 @@ def broker_process(
     return ServiceProcess("broker", bid, argv, logs_dir / f"broker-{bid}.log", ready)
 
 
+def coordinator_process(
+    cid: int, etcd: str, run_dir: Path, logs_dir: Path, extra_args: Sequence[str] = ()
+) -> ServiceProcess:
+    """A (not yet started) group coordinator process."""
+    ready = run_dir / f"coordinator-{cid}.ready"
+    argv = [
+        sys.executable, "-m", "services.coordinator",
+        "--coordinator-id", str(cid), "--host", HOST, "--port", "0",
+        "--etcd", etcd, "--metrics-port", "0",
+        "--ready-file", str(ready),
+    ]  # fmt: skip
+    argv += list(extra_args)
+    return ServiceProcess("coordinator", cid, argv, logs_dir / f"coordinator-{cid}.log", ready)
+
+
 def wait_serving(proc: ServiceProcess, timeout: float) -> None:
     """Wait (bounded) until ``proc`` wrote its ready file and answers health SERVING."""
     assert proc.child is not None
@@ -172,8 +190,9 @@ def wait_serving(proc: ServiceProcess, timeout: float) -> None:
 class LocalCluster:
     """A whole Headwater cluster on 127.0.0.1. Use as a context manager or start()/stop().
 
-    Controllers have ids 1..``controllers``, brokers 1..``brokers``. ``racks``: one rack name
-    per broker (optional).
+    Controllers have ids 1..``controllers``, brokers 1..``brokers``, group coordinators
+    1..``coordinators`` (default none). ``racks``: one rack name per broker (optional).
+    ``coordinator_args``: extra flags for every coordinator (e.g. offsets-topic partitions).
     """
 
     def __init__(
@@ -188,6 +207,8 @@ class LocalCluster:
         controller_lease_ttl: int = 5,
         startup_timeout: float = 60.0,
         broker_args: Sequence[str] = (),
+        coordinators: int = 0,
+        coordinator_args: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.logs_dir = self.data_dir / "logs"
@@ -204,6 +225,9 @@ class LocalCluster:
         self._racks = list(racks) if racks else []
         self._lease_ttl = controller_lease_ttl
         self._broker_args = list(broker_args)
+        self._n_coordinators = coordinators
+        self._coordinator_args = list(coordinator_args)
+        self.coordinators: dict[int, ServiceProcess] = {}
         self.controllers: dict[int, ServiceProcess] = {}
         self.brokers: dict[int, ServiceProcess] = {}
 
@@ -219,6 +243,11 @@ class LocalCluster:
         rack = self._racks[(bid - 1) % len(self._racks)] if self._racks else None
         return broker_process(
             bid, self.etcd.endpoint, dirs, self.run_dir, self.logs_dir, rack, self._broker_args
+        )
+
+    def _coordinator(self, cid: int) -> ServiceProcess:
+        return coordinator_process(
+            cid, self.etcd.endpoint, self.run_dir, self.logs_dir, self._coordinator_args
         )
 
     # ---- lifecycle
@@ -238,6 +267,11 @@ class LocalCluster:
                 self.brokers[bid].start()
             for bid in self.brokers:
                 self.wait_broker_ready(bid)
+            for cid in range(1, self._n_coordinators + 1):
+                self.coordinators[cid] = self._coordinator(cid)
+                self.coordinators[cid].start()
+            for cid in self.coordinators:
+                self.wait_coordinator_ready(cid)
         except BaseException:
             self.stop()
             raise
@@ -257,9 +291,13 @@ class LocalCluster:
             interval=0.1,
         )
 
+    def wait_coordinator_ready(self, cid: int, timeout: float | None = None) -> None:
+        wait_serving(self.coordinators[cid], timeout or self.startup_timeout)
+
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop every process by PID: brokers, controllers, then etcd."""
-        for proc in [*self.brokers.values(), *self.controllers.values()]:
+        """Stop every process by PID: coordinators, brokers, controllers, then etcd."""
+        procs = [*self.coordinators.values(), *self.brokers.values(), *self.controllers.values()]
+        for proc in procs:
             proc.stop(timeout)
         self.etcd.stop(timeout)
 
@@ -287,12 +325,13 @@ class LocalCluster:
     def controller_addresses(self) -> list[str]:
         return [p.address for p in self.controllers.values() if p.alive() and p.port]
 
+    @property
+    def coordinator_addresses(self) -> list[str]:
+        return [p.address for p in self.coordinators.values() if p.alive() and p.port]
+
     def metrics_urls(self) -> dict[str, str]:
-        return {
-            p.name: p.metrics_url
-            for p in [*self.controllers.values(), *self.brokers.values()]
-            if p.metrics_port > 0
-        }
+        procs = [*self.controllers.values(), *self.brokers.values(), *self.coordinators.values()]
+        return {p.name: p.metrics_url for p in procs if p.metrics_port > 0}
 
     # ---- faults (later issues' tests)
 
@@ -319,3 +358,14 @@ class LocalCluster:
         proc.start()
         if wait:
             self.wait_controller_ready(cid)
+
+    def kill_coordinator(self, cid: int) -> None:
+        """SIGKILL a coordinator (its registration expires with its lease)."""
+        self.coordinators[cid].kill9()
+
+    def restart_coordinator(self, cid: int, *, wait: bool = True) -> None:
+        proc = self.coordinators[cid]
+        proc.stop()
+        proc.start()
+        if wait:
+            self.wait_coordinator_ready(cid)

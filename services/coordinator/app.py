@@ -1,0 +1,235 @@
+"""The coordinator process: etcd, brokers, the offsets topic, ownership, gRPC server, metrics.
+
+Start order in :func:`run`: connect to etcd; wait for at least one registered broker (the
+bootstrap list comes from ``/headwater/brokers/ids/``); create ``__consumer_offsets`` through
+the controller when absent (compacted, RF = min(configured, live brokers),
+min.insync.replicas = min(2, RF)); start the gRPC server (port 0 allowed); register under a
+lease and take partitions (:class:`Ownership`); write the ready file
+``{"port", "metrics_port"}``.
+
+Long-lived tasks (guarded: one that dies stops the process): ``coordinator-ownership`` (owns
+the partition runtimes, each its own task) and ``coordinator-metrics`` (every
+``metrics_interval_s`` refreshes headwater_group_lag / headwater_group_members from each
+owned partition's snapshot and the partitions' log ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import prometheus_client as prom
+
+from headwater import errors
+from headwater import etcd as hetcd
+from headwater.client import AsyncAdminClient, AsyncProducer
+from headwater.rpc.server import start_server
+from services.controller.app import _connect_etcd, write_ready_file
+from services.coordinator.ownership import Ownership
+from services.coordinator.runtime import OFFSETS_TOPIC, PartitionLostError, PartitionRuntime
+from services.coordinator.servicer import GroupCoordinatorServicer, measure_ends, register
+
+log = logging.getLogger(__name__)
+
+BROKERS_PREFIX = "/headwater/brokers/ids/"
+
+GROUP_LAG = prom.Gauge(
+    "headwater_group_lag",
+    "Committed offset behind the partition end",
+    ["group", "topic", "partition"],
+)
+GROUP_MEMBERS = prom.Gauge("headwater_group_members", "Members of the group", ["group"])
+REBALANCES = prom.Counter("headwater_group_rebalances_total", "Rebalances completed", ["group"])
+
+
+@dataclass(frozen=True)
+class Settings:
+    coordinator_id: int
+    host: str
+    port: int
+    etcd: str
+    metrics_port: int | None
+    ready_file: Path | None
+    offsets_topic_partitions: int = 12
+    offsets_topic_replication_factor: int = 3
+    lease_ttl: int = 5
+    metrics_interval_s: float = 5.0
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+
+
+async def broker_bootstrap(etcd: hetcd.Etcd, timeout_s: float = 60.0) -> list[str]:
+    """``host:port`` of every registered broker, waiting (bounded) for at least one."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        snap = await etcd.get_prefix(BROKERS_PREFIX)
+        out = []
+        for kv in snap.items:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                v = json.loads(kv.value)
+                out.append(f"{v['host']}:{int(v['port'])}")
+        if out:
+            return out
+        if asyncio.get_running_loop().time() >= deadline:
+            raise errors.BrokerNotAvailableError("no broker registered in etcd")
+        await asyncio.sleep(0.5)
+
+
+async def ensure_offsets_topic(admin: AsyncAdminClient, settings: Settings, brokers: int) -> int:
+    """Create the offsets topic if absent; returns its partition count."""
+    rf = max(1, min(settings.offsets_topic_replication_factor, brokers))
+    try:
+        await admin.create_topic(
+            OFFSETS_TOPIC,
+            partitions=settings.offsets_topic_partitions,
+            replication_factor=rf,
+            configs={
+                "cleanup.policy": "compact",
+                "min.insync.replicas": str(min(2, rf)),
+                "segment.bytes": str(1024 * 1024),
+            },
+        )
+        log.info("created %s (RF %d)", OFFSETS_TOPIC, rf)
+    except errors.TopicAlreadyExistsError:
+        pass
+    deadline = asyncio.get_running_loop().time() + 60.0
+    while True:  # the brokers learn of a new topic through UpdateMetadata, a little later
+        try:
+            for d in await admin.describe_topics([OFFSETS_TOPIC]):
+                if d.partitions:
+                    return len(d.partitions)
+        except errors.UnknownTopicOrPartitionError:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+        await asyncio.sleep(0.2)
+
+
+async def refresh_metrics(ownership: Ownership, admin: AsyncAdminClient, every_s: float) -> None:
+    """Refresh the lag and member gauges from the owned partitions (runs until cancelled)."""
+    shown: set[tuple[str, ...]] = set()
+    while True:
+        await asyncio.sleep(every_s)
+        now: set[tuple[str, ...]] = set()
+        for rt in list(ownership.runtimes.values()):
+            if not rt.loaded.is_set():
+                continue
+            try:
+                snaps = await rt.submit("snapshot", None)
+            except PartitionLostError:
+                continue
+            for s in snaps:
+                GROUP_MEMBERS.labels(s.group_id).set(s.members)
+                now.add((s.group_id,))
+                ends = await measure_ends(admin, sorted(s.offsets))
+                for (topic, p), committed in s.offsets.items():
+                    if (topic, p) in ends:
+                        lag = max(0, ends[(topic, p)][1] - committed)
+                        GROUP_LAG.labels(s.group_id, topic, str(p)).set(lag)
+                        now.add((s.group_id, topic, str(p)))
+        for labels in shown - now:
+            with contextlib.suppress(KeyError):
+                (GROUP_MEMBERS if len(labels) == 1 else GROUP_LAG).remove(*labels)
+        shown = now
+
+
+async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT), then deregister and shut down."""
+    stop = stop or asyncio.Event()
+    aloop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            aloop.add_signal_handler(sig, stop.set)
+    etcd = await _connect_etcd(settings.etcd)
+    brokers = await broker_bootstrap(etcd)
+    bootstrap = ",".join(brokers)
+    admin = AsyncAdminClient(bootstrap, request_timeout_ms=5_000)
+    partitions = await ensure_offsets_topic(admin, settings, len(brokers))
+    producer = AsyncProducer(
+        bootstrap,
+        acks="all",
+        linger_ms=0,
+        max_in_flight=1,
+        delivery_timeout_ms=10_000,
+        request_timeout_ms=5_000,
+        client_id=f"coordinator-{settings.coordinator_id}",
+    )
+    await producer.start()
+    ownership: Ownership | None = None
+    servicer = GroupCoordinatorServicer(etcd, lambda: ownership, admin, partitions)
+    server = await start_server(
+        host=settings.host,
+        port=settings.port,
+        register=[register(servicer)],
+        service="coordinator",
+        metrics_port=settings.metrics_port,
+    )
+    metrics_url = (
+        f"http://{settings.host}:{server.metrics_port}/metrics" if server.metrics_port > 0 else ""
+    )
+
+    def make_runtime(p: int, epoch: int) -> PartitionRuntime:
+        return PartitionRuntime(
+            partition=p,
+            epoch=epoch,
+            coordinator_id=settings.coordinator_id,
+            producer=producer,
+            bootstrap=bootstrap,
+            offsets_retention_ms=settings.offsets_retention_ms,
+            on_rebalance=lambda g, _ms: REBALANCES.labels(g).inc(),
+        )
+
+    ownership = Ownership(
+        etcd,
+        coordinator_id=settings.coordinator_id,
+        registration={
+            "coordinator_id": settings.coordinator_id,
+            "host": settings.host,
+            "port": server.port,
+            "metrics_url": metrics_url,
+        },
+        partitions=partitions,
+        make_runtime=make_runtime,
+        lease_ttl=settings.lease_ttl,
+        on_lease_lost=stop.set,
+    )
+    tasks = [
+        asyncio.create_task(ownership.run(), name="coordinator-ownership"),
+        asyncio.create_task(
+            refresh_metrics(ownership, admin, settings.metrics_interval_s),
+            name="coordinator-metrics",
+        ),
+    ]
+    for task in tasks:
+        task.add_done_callback(lambda t: _fatal(t, stop))
+    if settings.ready_file is not None:
+        write_ready_file(
+            settings.ready_file, {"port": server.port, "metrics_port": server.metrics_port}
+        )
+    log.info("coordinator %d serving on %s:%d", settings.coordinator_id, settings.host, server.port)
+    try:
+        await stop.wait()
+    finally:
+        log.info("coordinator %d stopping", settings.coordinator_id)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ownership.close(), 3)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.stop(grace=1.0)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(producer.close(), 3)
+        with contextlib.suppress(Exception):
+            await admin.close()
+        await etcd.close()
+
+
+def _fatal(task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    log.critical("task %s ended (%r); stopping the coordinator", task.get_name(), exc, exc_info=exc)
+    stop.set()

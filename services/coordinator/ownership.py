@@ -1,0 +1,188 @@
+"""Coordinator registration and offsets-topic partition ownership through etcd.
+
+etcd layout::
+
+    /headwater/coordinators/ids/<id>      {"coordinator_id", "host", "port", "metrics_url"}
+                                          under this process's lease (ttl ``lease_ttl``)
+    /headwater/coordinators/owners/<p>    {"coordinator_id", "epoch"}  (no lease: the epoch
+                                          history must survive the owner)
+
+Assignment: partition ``p`` belongs to ``sorted(live ids)[p % n]``. Taking ``p``: read the
+owners key, write epoch = previous + 1 with a transaction comparing the mod revision read
+(absent when there was none); only then start the partition's runtime, which fences older
+owners through its epoch marker. Releasing: stop the runtime (its requests get
+NOT_COORDINATOR); the owners key stays, the next owner bumps the epoch.
+
+:class:`Ownership` runs as one task (``coordinator-ownership``) that owns ``runtimes`` (read
+by the servicer on the same loop); a helper task watches the ids prefix and wakes it; it also
+re-checks every second (a runtime that gave its partition up after fencing or a failed append
+is retaken with a new epoch while the partition still maps here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import zlib
+from collections.abc import Callable
+
+from headwater import etcd as hetcd
+from services.coordinator.runtime import PartitionRuntime
+
+log = logging.getLogger(__name__)
+
+IDS_PREFIX = "/headwater/coordinators/ids/"
+OWNERS_PREFIX = "/headwater/coordinators/owners/"
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """The offsets-topic partition of a group (crc32: stable across processes)."""
+    return zlib.crc32(group_id.encode()) % partitions
+
+
+def assigned(live_ids: list[int], me: int, partitions: int) -> set[int]:
+    ids = sorted(live_ids)
+    if me not in ids:
+        return set()
+    return {p for p in range(partitions) if ids[p % len(ids)] == me}
+
+
+async def live_ids(etcd: hetcd.Etcd) -> list[int]:
+    snap = await etcd.get_prefix(IDS_PREFIX)
+    out = []
+    for kv in snap.items:
+        with contextlib.suppress(ValueError):
+            out.append(int(kv.key[len(IDS_PREFIX) :]))
+    return sorted(out)
+
+
+async def owner_of(etcd: hetcd.Etcd, partition: int) -> dict[str, object] | None:
+    """The live owner's registration ({"coordinator_id", "host", "port", ...}) or None."""
+    got = await etcd.get(f"{OWNERS_PREFIX}{partition}")
+    if got is None:
+        return None
+    try:
+        cid = int(json.loads(got[0])["coordinator_id"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    reg = await etcd.get(f"{IDS_PREFIX}{cid}")
+    if reg is None:
+        return None
+    try:
+        value = json.loads(reg[0])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class Ownership:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        etcd: hetcd.Etcd,
+        *,
+        coordinator_id: int,
+        registration: dict[str, object],
+        partitions: int,
+        make_runtime: Callable[[int, int], PartitionRuntime],
+        lease_ttl: int = 5,
+        on_lease_lost: Callable[[], None] | None = None,
+    ) -> None:
+        self.etcd = etcd
+        self.coordinator_id = coordinator_id
+        self.partitions = partitions
+        self.runtimes: dict[int, PartitionRuntime] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._registration = registration
+        self._make_runtime = make_runtime
+        self._lease_ttl = lease_ttl
+        self._on_lease_lost = on_lease_lost
+        self._lease: hetcd.LeaseKeeper | None = None
+        self._wake = asyncio.Event()
+
+    async def run(self) -> None:
+        self._lease = await self.etcd.grant_lease(
+            self._lease_ttl, on_lost=self._on_lease_lost, name="coordinator-lease"
+        )
+        await self.etcd.put(
+            f"{IDS_PREFIX}{self.coordinator_id}",
+            json.dumps(self._registration),
+            lease=self._lease,
+        )
+        watcher = asyncio.create_task(self._watch(), name="coordinator-ids-watch")
+        try:
+            while True:
+                try:
+                    await self._reconcile()
+                except hetcd.EtcdError as exc:
+                    log.warning("ownership reconcile failed: %s", exc)
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), 1.0)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            for p in list(self._tasks):
+                await self._release(p)
+
+    async def close(self) -> None:
+        """Revoke the registration lease (others take our partitions over at once)."""
+        if self._lease is not None:
+            await self._lease.revoke()
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                snap = await self.etcd.get_prefix(IDS_PREFIX)
+                self._wake.set()
+                w = await self.etcd.watch_prefix(IDS_PREFIX, start_revision=snap.revision + 1)
+                try:
+                    async for _ev in w:
+                        self._wake.set()
+                finally:
+                    await w.cancel()
+            except hetcd.EtcdError as exc:
+                log.warning("coordinator ids watch ended (%s); re-reading", exc)
+            await asyncio.sleep(0.5)
+
+    async def _reconcile(self) -> None:
+        mine = assigned(await live_ids(self.etcd), self.coordinator_id, self.partitions)
+        for p, task in list(self._tasks.items()):
+            if p not in mine or task.done():
+                await self._release(p)
+        for p in sorted(mine - set(self._tasks)):
+            await self._take(p)
+
+    async def _take(self, p: int) -> None:
+        key = f"{OWNERS_PREFIX}{p}"
+        got = await self.etcd.get(key)
+        if got is None:
+            epoch, cmp = 1, hetcd.cmp_absent(key)
+        else:
+            try:
+                epoch = int(json.loads(got[0])["epoch"]) + 1
+            except (ValueError, KeyError, TypeError):
+                epoch = 1
+            cmp = hetcd.cmp_mod(key, "==", got[1].mod_revision)
+        value = json.dumps({"coordinator_id": self.coordinator_id, "epoch": epoch})
+        res = await self.etcd.txn([cmp], [hetcd.op_put(key, value)])
+        if not res.succeeded:
+            log.info("partition %d: ownership CAS lost; retrying later", p)
+            return
+        rt = self._make_runtime(p, epoch)
+        self.runtimes[p] = rt
+        self._tasks[p] = asyncio.create_task(rt.run(), name=f"coordinator-partition-{p}-e{epoch}")
+        log.info("coordinator %d took partition %d at epoch %d", self.coordinator_id, p, epoch)
+
+    async def _release(self, p: int) -> None:
+        task = self._tasks.pop(p)
+        self.runtimes.pop(p, None)
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        log.info("coordinator %d released partition %d", self.coordinator_id, p)

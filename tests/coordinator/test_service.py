@@ -1,0 +1,168 @@
+"""The coordinator service as real processes: etcd, a controller, one broker, 2 coordinators.
+
+Raw gRPC against the owner found with FindCoordinator: the group protocol round trip, the
+same owner named by every coordinator, and committed offsets surviving a kill -9 of their
+coordinator (the survivor takes the partitions over by replaying ``__consumer_offsets``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from headwater.dev.cluster import LocalCluster
+from headwater.v1 import coordinator_pb2 as pb
+from headwater.v1 import coordinator_pb2_grpc
+from headwater.v1.errors_pb2 import ErrorCode
+from tests.helpers.wait import wait_for
+
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def gcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    data_dir: Path = tmp_path_factory.mktemp("groups")
+    with LocalCluster(
+        data_dir,
+        brokers=1,
+        controllers=1,
+        coordinators=2,
+        coordinator_args=["--offsets-topic-partitions", str(PARTITIONS), "--lease-ttl", "2"],
+        etcd_unsafe_no_fsync=True,
+    ) as c:
+        yield c
+
+
+def stub(address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
+    return coordinator_pb2_grpc.GroupCoordinatorStub(grpc.insecure_channel(address))
+
+
+def find(c: LocalCluster, group: str, via: str | None = None) -> pb.FindCoordinatorResponse | None:
+    """FindCoordinator's answer once it names a live owner (None before)."""
+    for address in [via] if via else c.coordinator_addresses:
+        try:
+            r = stub(address).FindCoordinator(pb.FindCoordinatorRequest(group_id=group), timeout=5)
+        except grpc.RpcError:
+            return None
+        if r.error_code == ErrorCode.NONE:
+            return r
+    return None
+
+
+def owner(c: LocalCluster, group: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
+    r = wait_for(lambda: find(c, group), timeout=30, what=f"an owner for {group}")
+    return stub(f"{r.coordinator.host}:{r.coordinator.port}")
+
+
+def commit(
+    s: coordinator_pb2_grpc.GroupCoordinatorStub, group: str, offset: int, **kw: object
+) -> pb.OffsetCommitResponse:
+    return s.OffsetCommit(
+        pb.OffsetCommitRequest(
+            group_id=group,
+            generation_id=int(kw.get("generation", -1)),  # type: ignore[call-overload]
+            member_id=str(kw.get("member", "")),
+            partitions=[pb.OffsetCommitPartition(topic="t", partition=0, offset=offset)],
+        ),
+        timeout=20,
+    )
+
+
+def fetched(s: coordinator_pb2_grpc.GroupCoordinatorStub, group: str) -> pb.OffsetFetchResponse:
+    return s.OffsetFetch(pb.OffsetFetchRequest(group_id=group), timeout=20)
+
+
+def test_group_protocol_round_trip(gcluster: LocalCluster) -> None:
+    g = "round-trip"
+    s = owner(gcluster, g)
+    sub = pb.ConsumerSubscription(topics=["t"]).SerializeToString()
+    join = pb.JoinGroupRequest(
+        group_id=g,
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        protocol_type="consumer",
+        protocols=[pb.JoinGroupProtocol(name="range", metadata=sub)],
+        client_id="c",
+    )
+    first = s.JoinGroup(join, timeout=20)
+    assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
+    join.member_id = first.member_id
+    joined = s.JoinGroup(join, timeout=20)
+    assert joined.error_code == ErrorCode.NONE, joined.error_message
+    assert joined.generation_id == 1 and joined.leader == first.member_id
+    assignment = pb.ConsumerAssignment(
+        partitions=[pb.TopicPartitions(topic="t", partitions=[0])]
+    ).SerializeToString()
+    synced = s.SyncGroup(
+        pb.SyncGroupRequest(
+            group_id=g,
+            generation_id=1,
+            member_id=first.member_id,
+            assignments=[pb.SyncGroupAssignment(member_id=first.member_id, assignment=assignment)],
+        ),
+        timeout=20,
+    )
+    assert synced.error_code == ErrorCode.NONE and synced.assignment == assignment
+    hb = pb.HeartbeatRequest(group_id=g, generation_id=1, member_id=first.member_id)
+    assert s.Heartbeat(hb, timeout=10).error_code == ErrorCode.NONE
+    assert commit(s, g, 42, generation=1, member=first.member_id).error_code == ErrorCode.NONE
+    stale = commit(s, g, 43, generation=0, member=first.member_id)
+    assert stale.error_code == ErrorCode.ILLEGAL_GENERATION
+    got = fetched(s, g)
+    assert [(o.topic, o.partition, o.offset) for o in got.offsets] == [("t", 0, 42)]
+    described = s.DescribeGroups(pb.DescribeGroupsRequest(group_ids=[g]), timeout=20).groups[0]
+    assert described.state == "Stable" and described.members[0].member_id == first.member_id
+    listed = [x.group_id for a in gcluster.coordinator_addresses for x in
+              stub(a).ListGroups(pb.ListGroupsRequest(), timeout=20).groups]  # fmt: skip
+    assert listed.count(g) == 1
+
+
+def test_find_coordinator_agrees_across_coordinators(gcluster: LocalCluster) -> None:
+    for g in ("alpha", "beta", "gamma", "delta"):
+        owner(gcluster, g)
+        answers = {
+            (r.coordinator.broker_id, r.offsets_partition)
+            for a in gcluster.coordinator_addresses
+            if (r := find(gcluster, g, via=a)) is not None
+        }
+        assert len(answers) == 1, answers
+
+
+def test_commits_survive_coordinator_kill9(gcluster: LocalCluster) -> None:
+    keys = [f"survive-{i}" for i in range(12)]
+    owners = {g: owner(gcluster, g) for g in keys}
+    acked: dict[str, int] = {}
+    for rnd in range(1, 4):
+        for g in keys:
+            r = commit(owners[g], g, rnd * 10)
+            assert r.error_code == ErrorCode.NONE, r.error_message
+            acked[g] = rnd * 10
+    victim = find(gcluster, keys[0])
+    assert victim is not None
+    vid = victim.coordinator.broker_id
+    gcluster.kill_coordinator(vid)
+    started = time.monotonic()
+
+    def survivor_owns_all() -> bool:
+        answers = [find(gcluster, g) for g in keys]
+        return all(a is not None and a.coordinator.broker_id != vid for a in answers)
+
+    wait_for(survivor_owns_all, timeout=30, what="the surviving coordinator to own every group")
+    mismatches = []
+    for g in keys:
+        s = owner(gcluster, g)
+        got = wait_for(
+            lambda s=s, g=g: (r := fetched(s, g)).error_code == ErrorCode.NONE and r,
+            timeout=30,
+            what=f"OffsetFetch of {g}",
+        )
+        values = {(o.topic, o.partition): o.offset for o in got.offsets}
+        if values.get(("t", 0)) != acked[g]:
+            mismatches.append((g, values, acked[g]))
+    assert mismatches == [], f"{len(mismatches)} of {len(keys)} mismatched"
+    assert time.monotonic() - started < 60
+    gcluster.restart_coordinator(vid)
