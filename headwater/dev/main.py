@@ -5,13 +5,17 @@ Prints, each on a line of its own and flushed::
     bootstrap: 127.0.0.1:PORT
     metrics: controller-1 http://127.0.0.1:PORT/metrics   (one line per process)
     metrics: broker-1 http://127.0.0.1:PORT/metrics
+    metrics: coordinator-1 http://127.0.0.1:PORT/metrics
     controllers: 127.0.0.1:PORT,127.0.0.1:PORT
+    coordinators: 127.0.0.1:PORT,127.0.0.1:PORT
     logs: /abs/path/data/logs
 
-Defaults: 3 brokers and 2 controllers (``--brokers N --controllers M``).
+Defaults: 3 brokers, 2 controllers and 2 group coordinators (``--brokers N --controllers M
+--coordinators C``; 0 coordinators disables consumer groups).
 
-then waits. Ctrl-C (SIGINT) or SIGTERM stops every child by PID (brokers, controllers, etcd)
-and exits 0. Data stays in ``--data-dir`` so the next run continues where this one stopped.
+then waits. Ctrl-C (SIGINT) or SIGTERM stops every child by PID (coordinators, brokers,
+controllers, etcd) and exits 0. Data stays in ``--data-dir`` so the next run continues where
+this one stopped.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--controllers", type=int, default=2, help="default 2 (one active, one standby)"
     )
+    ap.add_argument("--coordinators", type=int, default=2, help="group coordinators, default 2")
     ap.add_argument("--log-dirs-per-broker", type=int, default=1)
     ap.add_argument("--racks", default="", help="comma-separated rack per broker (optional)")
     ap.add_argument("--startup-timeout", type=float, default=90.0, help="seconds")
@@ -44,6 +49,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for name in ("brokers", "controllers", "log_dirs_per_broker"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    if a.coordinators < 0:
+        ap.error("--coordinators must be >= 0")
     return a
 
 
@@ -52,6 +59,7 @@ def run_dev(
     *,
     brokers: int = 3,
     controllers: int = 2,
+    coordinators: int = 2,
     log_dirs_per_broker: int = 1,
     racks: list[str] | None = None,
     startup_timeout: float = 90.0,
@@ -68,6 +76,7 @@ def run_dev(
         data_dir,
         brokers=brokers,
         controllers=controllers,
+        coordinators=coordinators,
         log_dirs_per_broker=log_dirs_per_broker,
         racks=racks,
         startup_timeout=startup_timeout,
@@ -82,11 +91,17 @@ def run_dev(
         for name, url in cluster.metrics_urls().items():
             print(f"metrics: {name} {url}", flush=True)
         print(f"controllers: {','.join(cluster.controller_addresses)}", flush=True)
+        if cluster.coordinators:
+            print(f"coordinators: {','.join(cluster.coordinator_addresses)}", flush=True)
         print(f"logs: {cluster.logs_dir}", flush=True)
         print("press Ctrl-C to stop", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
-            dead = [p.name for p in [*cluster.controllers.values(), *cluster.brokers.values()]
-                    if not p.alive()]  # fmt: skip
+            procs = [
+                *cluster.controllers.values(),
+                *cluster.brokers.values(),
+                *cluster.coordinators.values(),
+            ]
+            dead = [p.name for p in procs if not p.alive()]
             if dead or not (cluster.etcd.child and cluster.etcd.child.alive()):
                 print(
                     f"headwater dev: process exited: {', '.join(dead) or 'etcd'};"
@@ -110,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         a.data_dir,
         brokers=a.brokers,
         controllers=a.controllers,
+        coordinators=a.coordinators,
         log_dirs_per_broker=a.log_dirs_per_broker,
         racks=racks,
         startup_timeout=a.startup_timeout,
