@@ -13,12 +13,22 @@ Built so far (pure logic, no I/O, unit-tested in ``tests/coordinator``):
     offsets.py      OffsetCommit (generation fencing) / OffsetFetch / DescribeGroups (lag
                     from measured log ends) / ListGroups / DeleteGroups / retention
 
-Not built yet (the runtime): the per-partition task that appends an Outcome's records to
-``__consumer_offsets`` (acks=all), reads them back below the high watermark and replays them
-before answering; etcd registration and partition ownership (``/headwater/coordinators/ids/``,
-``/headwater/coordinators/owners/<p>`` with epoch CAS, marker append + replay on takeover);
-the gRPC servicer and ``python -m services.coordinator``; lag polling and metrics;
-LocalCluster/``headwater dev`` processes. The controller already publishes registered
-coordinators in UpdateMetadata (``services.controller.coordinators``) and brokers serve them in
-``MetadataResponse.coordinators``.
+The runtime and the process:
+
+    runtime.py      PartitionRuntime: one task per owned offsets-topic partition (epoch
+                    marker appended acks=all, replay below the high watermark until the
+                    marker is applied, then handle -> append -> read back -> answer; parked
+                    JoinGroup/SyncGroup; tick timers; NOT_COORDINATOR when fenced/released)
+    ownership.py    registration under a lease at ``/headwater/coordinators/ids/<id>``,
+                    partition p -> sorted(live ids)[p % n], ``/headwater/coordinators/owners/<p>``
+                    taken with an epoch CAS, rebalanced on every change of the ids prefix
+    servicer.py     the GroupCoordinator gRPC servicer (FindCoordinator from etcd, routing,
+                    lag measured with ListOffsets at DescribeGroups time)
+    app.py          ``python -m services.coordinator`` (creates ``__consumer_offsets``,
+                    compacted, when absent; lag / member / rebalance metrics)
+
+The controller publishes registered coordinators in UpdateMetadata
+(``services.controller.coordinators``) and brokers serve them in
+``MetadataResponse.coordinators``; ``LocalCluster(coordinators=N)`` and ``headwater dev`` run
+them.
 """
