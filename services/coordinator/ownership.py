@@ -25,10 +25,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import zlib
 from collections.abc import Callable
 
 from headwater import etcd as hetcd
+from headwater.client.partitioner import crc32c_partition
 from services.coordinator.runtime import PartitionRuntime
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,9 @@ OWNERS_PREFIX = "/headwater/coordinators/owners/"
 
 
 def partition_for(group_id: str, partitions: int) -> int:
-    """The offsets-topic partition of a group (crc32: stable across processes)."""
-    return zlib.crc32(group_id.encode()) % partitions
+    """The offsets-topic partition of a group: unsigned CRC32C of the UTF-8 group id mod the
+    partition count — coordinator.proto's rule, the same as the key partitioner's."""
+    return crc32c_partition(group_id.encode(), partitions)
 
 
 def assigned(live_ids: list[int], me: int, partitions: int) -> set[int]:

@@ -199,3 +199,13 @@ def test_replay_ignores_records_of_a_deposed_owner() -> None:
     assert t.replay(old.key, old.value, 3, 0)
     assert t.groups["g"].offsets[("t", 0)].offset == 1
     assert t.marker_epoch == 3 and t.marker_owner == 2
+
+
+def test_group_partition_is_the_crc32c_rule_of_the_proto() -> None:
+    """coordinator.proto: a group lives in unsigned CRC32C(group id) mod partitions."""
+    import crc32c
+
+    from services.coordinator.ownership import partition_for
+
+    for group in ("orders", "payments-v2", "é-group", ""):
+        assert partition_for(group, 12) == crc32c.crc32c(group.encode()) % 12
