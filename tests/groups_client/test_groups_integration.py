@@ -1,0 +1,225 @@
+"""Consumer groups end to end: real AsyncConsumer members against real coordinators.
+
+One module-scoped cluster (etcd, a controller, one broker, 2 coordinators, 3 offsets
+partitions). Members run a task that keeps calling ``poll`` and records, Kafka
+"verifiable consumer" style, every rebalance callback (generation, member, assignment) and
+every record returned, checking each belongs to the member's assignment at that moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headwater.client import AsyncAdminClient, AsyncConsumer, AsyncProducer, RebalanceListener
+from headwater.client.types import TopicPartition
+from headwater.dev.cluster import LocalCluster
+from tests.helpers.wait import async_wait_for
+
+OFFSETS_PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def gcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    data_dir: Path = tmp_path_factory.mktemp("groups-int")
+    with LocalCluster(
+        data_dir,
+        brokers=1,
+        controllers=1,
+        coordinators=2,
+        coordinator_args=[
+            "--offsets-topic-partitions",
+            str(OFFSETS_PARTITIONS),
+            "--lease-ttl",
+            "2",
+        ],
+        etcd_unsafe_no_fsync=True,
+    ) as c:
+        yield c
+
+
+class Member:
+    """One group member driven by a poll task; records callbacks and consumed records."""
+
+    def __init__(self, name: str, boot: str, group: str, topic: str, **kw: Any) -> None:
+        self.name = name
+        self.topic = topic
+        kw.setdefault("session_timeout_ms", 6000)
+        kw.setdefault("heartbeat_interval_ms", 500)
+        kw.setdefault("enable_auto_commit", False)
+        self.c = AsyncConsumer(
+            boot, group_id=group, auto_offset_reset="earliest", client_id=name, **kw
+        )
+        # (kind, generation, partitions passed, full assignment after the callback)
+        self.events: list[
+            tuple[str, int, frozenset[TopicPartition], frozenset[TopicPartition]]
+        ] = []
+        self.records: list[tuple[float, TopicPartition, int]] = []
+        self.violations: list[str] = []
+        self.error: BaseException | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def _cb(self, kind: str) -> Any:
+        def fn(tps: set[TopicPartition]) -> None:
+            after = set(self.c.assignment())
+            if kind != "assigned":
+                after -= tps
+            self.events.append((kind, self.c.generation, frozenset(tps), frozenset(after)))
+
+        return fn
+
+    def start(self) -> None:
+        self.c.subscribe(
+            [self.topic],
+            listener=RebalanceListener(
+                on_assigned=self._cb("assigned"),
+                on_revoked=self._cb("revoked"),
+                on_lost=self._cb("lost"),
+            ),
+        )
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    async def _run(self) -> None:
+        last: dict[TopicPartition, int] = {}
+        try:
+            while True:
+                recs = await self.c.poll(timeout_ms=200)
+                owned = self.c.assignment()
+                now = time.monotonic()
+                for r in recs:
+                    tp = TopicPartition(r.topic, r.partition)
+                    if tp not in owned:
+                        self.violations.append(f"{self.name}: {tp} offset {r.offset} not assigned")
+                    prev = last.get(tp)
+                    if prev is not None and r.offset != prev + 1 and r.offset > prev:
+                        self.violations.append(f"{self.name}: {tp} jumped {prev} -> {r.offset}")
+                    last[tp] = r.offset
+                    self.records.append((now, tp, r.offset))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self.error = exc
+
+    async def stop(self, leave: bool = True) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        if leave:
+            await self.c.close()
+
+    def stable(self) -> bool:
+        g = self.c._group
+        return g is not None and g.stable and g.join_task is None and not g.rejoin_needed
+
+
+def all_parts(topic: str, n: int) -> set[TopicPartition]:
+    return {TopicPartition(topic, p) for p in range(n)}
+
+
+def settled(members: list[Member], topic: str, n: int) -> bool:
+    """Every member stable in the same generation, assignments partitioning the topic."""
+    if not all(m.stable() for m in members):
+        return False
+    if len({m.c.generation for m in members}) != 1:
+        return False
+    sets = [m.c.assignment() for m in members]
+    union = set().union(*sets)
+    return union == all_parts(topic, n) and sum(len(s) for s in sets) == n
+
+
+def check_ownership(members: list[Member]) -> None:
+    """Each partition owned by at most one member per generation (from the callbacks)."""
+    owners: dict[tuple[int, TopicPartition], str] = {}
+    for m in members:
+        for kind, gen, _tps, after in m.events:
+            if kind != "assigned":
+                continue
+            for tp in after:
+                prev = owners.setdefault((gen, tp), m.name)
+                assert prev == m.name, f"{tp} owned by {prev} and {m.name} in generation {gen}"
+        assert not m.violations, m.violations
+        assert m.error is None, m.error
+
+
+async def produce(boot: str, topic: str, partitions: int, per_partition: int) -> None:
+    async with AsyncAdminClient(boot) as admin:
+        await admin.create_topic(topic, partitions)
+    async with AsyncProducer(boot) as p:
+        for part in range(partitions):
+            vals = [b"%d-%d" % (part, i) for i in range(per_partition)]
+            await (await p.send_many(topic, vals, partition=part))
+
+
+def consumed_offsets(members: list[Member]) -> dict[TopicPartition, set[int]]:
+    out: dict[TopicPartition, set[int]] = {}
+    for m in members:
+        for _t, tp, off in m.records:
+            out.setdefault(tp, set()).add(off)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("strategy", "n_members", "n_parts"),
+    [("range", 3, 6), ("cooperative-sticky", 2, 4)],
+)
+def test_members_split_partitions_and_commit(
+    gcluster: LocalCluster, strategy: str, n_members: int, n_parts: int
+) -> None:
+    boot = gcluster.bootstrap
+    topic = f"split-{strategy}"
+    group = f"g-split-{strategy}"
+    per = 20
+
+    async def body() -> None:
+        await produce(boot, topic, n_parts, per)
+        members = [
+            Member(f"m{i}", boot, group, topic, partition_assignment_strategy=[strategy])
+            for i in range(n_members)
+        ]
+        try:
+            for m in members:
+                m.start()
+
+            async def ready() -> bool:
+                return settled(members, topic, n_parts)
+
+            await async_wait_for(ready, timeout=60, what="a stable group")
+            # each member's on_assigned sets cover every partition exactly once
+            gained = [tp for m in members for e in m.events if e[0] == "assigned" for tp in e[2]]
+            assert sorted(gained) == sorted(all_parts(topic, n_parts)), gained
+
+            async def all_read() -> bool:
+                got = consumed_offsets(members)
+                return all(len(got.get(tp, ())) == per for tp in all_parts(topic, n_parts))
+
+            await async_wait_for(all_read, timeout=60, what="every record consumed")
+            check_ownership(members)
+            # consumption continues: new records reach their owners
+            async with AsyncProducer(boot) as p:
+                for part in range(n_parts):
+                    await (await p.send_many(topic, [b"late"], partition=part))
+
+            async def late_read() -> bool:
+                got = consumed_offsets(members)
+                return all(per in got.get(tp, ()) for tp in all_parts(topic, n_parts))
+
+            await async_wait_for(late_read, timeout=30, what="records produced after joining")
+            for m in members:
+                owned = m.c.assignment()
+                assert owned, f"{m.name} got nothing"
+                await m.c.commit()
+                committed = await m.c.committed(owned)
+                for tp in owned:
+                    pos = await m.c.position(tp)
+                    assert committed[tp] == pos == per + 1, (tp, committed[tp], pos)
+            check_ownership(members)
+        finally:
+            for m in members:
+                await m.stop()
+
+    asyncio.run(body())
