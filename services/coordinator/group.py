@@ -160,6 +160,38 @@ class GroupTable:
         g = self.groups.get(group_id)
         return None if g is None or g.state is GroupState.DEAD else g
 
+    def current_record(self, key: bytes, epoch: int) -> rec.Record:
+        """The record that restates this table's valid value for ``key`` (a tombstone when
+        there is none), written under ``epoch``: the owner's repair of a key whose latest
+        record in the log is a fenced late write (see records.py)."""
+        d = rec.decode(key, None, epoch)
+        if d.kind == "marker":
+            return rec.marker(self.marker_epoch, self.marker_owner)
+        g = self.get(d.group)
+        if d.kind == "offset":
+            o = None if g is None else g.offsets.get((d.topic, d.partition))
+            if o is None:
+                return rec.Record(key, None, epoch)
+            value = json.dumps(
+                {
+                    "offset": o.offset,
+                    "leader_epoch": o.leader_epoch,
+                    "metadata": o.metadata,
+                    "commit_timestamp": o.commit_timestamp,
+                }
+            ).encode()
+            return rec.Record(key, value, epoch)
+        if g is None or not g.has_metadata:
+            return rec.Record(key, None, epoch)
+        value = g.durable_value(
+            generation=g.generation,
+            protocol=g.protocol,
+            leader=g.leader,
+            members=list(g.members.values()),
+            assigned=g.state is GroupState.STABLE,
+        )
+        return rec.Record(key, value, epoch)
+
     def replay(self, key: bytes | None, value: bytes | None, epoch: int, now_ms: int) -> bool:
         """Apply one record; returns False when it was ignored (fenced: an epoch below the
         highest marker seen). Raises records.BadRecordError for unparseable records."""

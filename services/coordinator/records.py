@@ -10,7 +10,7 @@ Layout (keys chosen so that compaction keeps exactly the latest record of each t
     b"g\\0" + group                             group metadata (see GroupRecord)
     b"o\\0" + group + b"\\0" + topic + b"\\0" + p  {"offset", "leader_epoch", "metadata",
                                                  "commit_timestamp"}
-    b"e\\0"                                     {"epoch", "coordinator_id"}  (epoch marker)
+    b"e\\0" + epoch                            {"epoch", "coordinator_id"}  (epoch marker)
 
 Group metadata value: ``{"generation", "protocol_type", "protocol", "leader",
 "assigned": bool, "members": [{"member_id", "instance_id", "client_id",
@@ -20,7 +20,14 @@ SyncGroup (the group is then CompletingRebalance), true once the assignments are
 
 Every record carries the header ``("epoch", b"<ownership epoch>")`` of the coordinator that
 wrote it. Fencing: replay tracks the highest marker epoch seen so far and ignores any record
-whose epoch header is lower (a deposed owner's late writes). Group ids and topic names must
+whose epoch header is lower (a deposed owner's late writes). Markers have one key per epoch,
+so compaction keeps every marker and a late write stays behind the marker that fences it.
+
+Compaction keeps the *latest* record of a key whatever its epoch, so a fenced late write could
+shadow the valid value it follows. The owner therefore repairs: whenever its tail reads a record
+that replay ignored, it re-appends the current valid value of that key (or a tombstone) under
+its own epoch (:meth:`GroupTable.current_record`, ``runtime``), and the latest record of every
+key is valid again within one round trip. Group ids and topic names must
 not contain NUL (validated at the edge: INVALID_GROUP_ID / INVALID_REQUEST).
 """
 
@@ -31,7 +38,7 @@ import json
 from dataclasses import dataclass
 
 EPOCH_HEADER = "epoch"
-MARKER_KEY = b"e\x00"
+MARKER_PREFIX = b"e\x00"
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
 
 def marker(epoch: int, coordinator_id: int) -> Record:
     value = json.dumps({"epoch": epoch, "coordinator_id": coordinator_id}).encode()
-    return Record(MARKER_KEY, value, epoch)
+    return Record(MARKER_PREFIX + str(epoch).encode(), value, epoch)
 
 
 def b64(data: bytes) -> str:

@@ -126,6 +126,7 @@ class PartitionRuntime:
         self._parked: dict[WaitKey, _Request] = {}
         self._table = GroupTable()
         self._applied = 0  # the next offset the tail will deliver (replayed position)
+        self._fenced_keys: set[bytes] = set()  # keys whose latest read record replay ignored
         self._ids = itertools.count(1)
         self._consumer: AsyncConsumer | None = None
 
@@ -305,7 +306,11 @@ class PartitionRuntime:
         assert self._consumer is not None
         for r in await self._consumer.poll(timeout_ms=timeout_ms, max_records=10_000):
             try:
-                self._table.replay(r.key, r.value, rec.epoch_of(r.headers), int(time.time() * 1000))
+                applied = self._table.replay(
+                    r.key, r.value, rec.epoch_of(r.headers), int(time.time() * 1000)
+                )
+                if not applied and r.key is not None:
+                    self._fenced_keys.add(r.key)
             except (rec.BadRecordError, ValueError, KeyError) as exc:
                 log.error("partition %d: bad record at %d: %r", self.partition, r.offset, exc)
             self._applied = max(self._applied, r.offset + 1)
@@ -314,3 +319,17 @@ class PartitionRuntime:
                 f"coordinator {self._table.marker_owner} took over at epoch "
                 f"{self._table.marker_epoch}"
             )
+        if self._fenced_keys and self._table.marker_epoch == self.epoch:
+            await self._repair()
+
+    async def _repair(self) -> None:
+        """Restate every key whose latest record is a fenced late write (records.py): under
+        compaction that record would otherwise survive and shadow the valid value."""
+        keys, self._fenced_keys = sorted(self._fenced_keys), set()
+        log.warning(
+            "partition %d: %d fenced late write(s) read; restating their keys at epoch %d",
+            self.partition,
+            len(keys),
+            self.epoch,
+        )
+        await self._append([self._table.current_record(k, self.epoch) for k in keys])

@@ -191,7 +191,7 @@ def test_replay_rebuilds_the_live_state() -> None:
 
 def test_replay_ignores_records_of_a_deposed_owner() -> None:
     t = GroupTable()
-    t.replay(rec.MARKER_KEY, rec.marker(3, 2).value, 3, 0)
+    t.replay(rec.marker(3, 2).key, rec.marker(3, 2).value, 3, 0)
     old = rec.Record(rec.offset_key("g", "t", 0), b'{"offset": 1, "leader_epoch": -1, '
                      b'"metadata": "", "commit_timestamp": 0}', 2)  # fmt: skip
     assert not t.replay(old.key, old.value, old.epoch, 0)
@@ -209,3 +209,45 @@ def test_group_partition_is_the_crc32c_rule_of_the_proto() -> None:
 
     for group in ("orders", "payments-v2", "é-group", ""):
         assert partition_for(group, 12) == crc32c.crc32c(group.encode()) % 12
+
+
+def test_repair_keeps_committed_offsets_through_compaction_of_a_fenced_late_write() -> None:
+    """A deposed owner's late commit (epoch 1, after epoch 2's marker) is ignored by replay,
+    but compaction keeps the latest record per key: unrepaired, it shadows the valid offset
+    and a later replay loses it. The owner restates the key (current_record) and the
+    compacted log replays to the valid value."""
+    import json
+
+    from services.coordinator.group import GroupTable
+
+    def offset_rec(value: int, epoch: int) -> rec.Record:
+        body = {"offset": value, "leader_epoch": -1, "metadata": "", "commit_timestamp": 1}
+        return rec.Record(rec.offset_key("g", "t", 0), json.dumps(body).encode(), epoch)
+
+    def replay_all(records: list[rec.Record]) -> GroupTable:
+        t = GroupTable()
+        for r in records:
+            t.replay(r.key, r.value, r.epoch, 0)
+        return t
+
+    def compact(records: list[rec.Record]) -> list[rec.Record]:
+        latest = {r.key: i for i, r in enumerate(records)}
+        return [r for i, r in enumerate(records) if latest[r.key] == i]
+
+    log = [rec.marker(1, 1), offset_rec(10, 1), rec.marker(2, 2)]
+    owner = replay_all(log)
+    late = offset_rec(99, 1)  # coordinator 1 did not know it was deposed
+    assert not owner.replay(late.key, late.value, late.epoch, 0)
+    log.append(late)
+
+    unrepaired = replay_all(compact(log))
+    assert unrepaired.get("g") is None or ("t", 0) not in unrepaired.get("g").offsets  # type: ignore[union-attr]
+
+    repair = owner.current_record(late.key, 2)
+    assert owner.replay(repair.key, repair.value, repair.epoch, 0)
+    log.append(repair)
+    for records in (log, compact(log)):
+        g = replay_all(records).get("g")
+        assert g is not None and g.offsets[("t", 0)].offset == 10
+    # markers have one key per epoch: compaction keeps both
+    assert sum(1 for r in compact(log) if r.key.startswith(rec.MARKER_PREFIX)) == 2
