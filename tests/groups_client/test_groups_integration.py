@@ -9,6 +9,7 @@ every record returned, checking each belongs to the member's assignment at that 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,3 +224,111 @@ def test_members_split_partitions_and_commit(
                 await m.stop()
 
     asyncio.run(body())
+
+
+CHILD = r"""
+import asyncio, sys
+from headwater.client import AsyncConsumer, RebalanceListener
+
+async def main(boot, group, topic):
+    c = AsyncConsumer(boot, group_id=group, auto_offset_reset="earliest",
+                      session_timeout_ms=3000, heartbeat_interval_ms=500,
+                      enable_auto_commit=False, client_id="child")
+    def assigned(tps):
+        print("ASSIGNED", " ".join(str(tp.partition) for tp in sorted(c.assignment())), flush=True)
+    c.subscribe([topic], listener=RebalanceListener(on_assigned=assigned))
+    committed = False
+    while True:
+        recs = await c.poll(timeout_ms=200, max_records=3)
+        for r in recs:
+            print("CONSUMED", r.partition, r.offset, flush=True)
+        if recs and not committed:
+            await c.commit()
+            done = {tp.partition: await c.position(tp) for tp in c.assignment()}
+            print("COMMITTED", " ".join(f"{p}:{o}" for p, o in sorted(done.items())), flush=True)
+            committed = True
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_member_crash_partitions_resume_from_last_commit(gcluster: LocalCluster) -> None:
+    """SIGKILL a member (no LeaveGroup): the survivor takes its partitions within about the
+    session timeout and reads them from the dead member's last commit."""
+    boot = gcluster.bootstrap
+    topic, group, n_parts, per = "crash", "g-crash", 4, 30
+
+    async def body() -> None:
+        await produce(boot, topic, n_parts, per)
+        survivor = Member("survivor", boot, group, topic, session_timeout_ms=3000)
+        survivor.start()
+        await async_wait_for(
+            lambda: _true(settled([survivor], topic, n_parts)), timeout=60, what="survivor"
+        )
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CHILD, boot, group, topic,
+            stdout=asyncio.subprocess.PIPE, cwd=str(Path(__file__).resolve().parents[2]),
+        )  # fmt: skip
+        lines: list[list[str]] = []
+
+        async def read() -> None:
+            assert child.stdout is not None
+            async for raw in child.stdout:
+                lines.append(raw.decode().split())
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+
+            async def child_progressed() -> bool:
+                commits = [ln for ln in lines if ln[0] == "COMMITTED"]
+                if not commits or not survivor.stable():
+                    return False
+                after = lines.index(commits[0])
+                return any(ln[0] == "CONSUMED" for ln in lines[after + 1 :])
+
+            await async_wait_for(child_progressed, timeout=60, what="the child to commit")
+            child_parts = {
+                TopicPartition(topic, int(p))
+                for p in [ln for ln in lines if ln[0] == "ASSIGNED"][-1][1:]
+            }
+            commit_line = next(ln for ln in lines if ln[0] == "COMMITTED")
+            committed = {
+                TopicPartition(topic, int(p)): int(o)
+                for p, o in (x.split(":") for x in commit_line[1:])
+            }
+            assert child_parts and set(committed) == child_parts
+            assert survivor.c.assignment() == all_parts(topic, n_parts) - child_parts
+            child.kill()  # SIGKILL: no LeaveGroup, no commit
+            await child.wait()
+            killed_at = time.monotonic()
+
+            async def taken_over() -> bool:
+                return settled([survivor], topic, n_parts)
+
+            await async_wait_for(taken_over, timeout=30, what="the survivor to take over")
+            took = time.monotonic() - killed_at
+            print(f"rebalance after SIGKILL took {took:.2f}s (session timeout 3s)")
+            assert took < 3 + 10, took
+
+            async def reread() -> bool:
+                got = {tp for t, tp, _o in survivor.records if t > killed_at}
+                return child_parts <= got
+
+            await async_wait_for(reread, timeout=30, what="the dead member's partitions re-read")
+            for tp in child_parts:
+                first = next(o for t, p, o in survivor.records if t > killed_at and p == tp)
+                assert first == committed[tp], (tp, first, committed[tp])
+            check_ownership([survivor])
+        finally:
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            await survivor.stop()
+
+    asyncio.run(body())
+
+
+async def _true(value: bool) -> bool:
+    return value
