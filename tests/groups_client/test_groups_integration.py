@@ -9,6 +9,7 @@ every record returned, checking each belongs to the member's assignment at that 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 from headwater.client import AsyncAdminClient, AsyncConsumer, AsyncProducer, RebalanceListener
 from headwater.client.types import TopicPartition
 from headwater.dev.cluster import LocalCluster
+from headwater.errors import FencedInstanceIdError, HeadwaterError
 from tests.helpers.wait import async_wait_for
 
 OFFSETS_PARTITIONS = 3
@@ -332,3 +334,60 @@ def test_member_crash_partitions_resume_from_last_commit(gcluster: LocalCluster)
 
 async def _true(value: bool) -> bool:
     return value
+
+
+def test_static_member_restart_without_rebalance_and_duplicate_fenced(
+    gcluster: LocalCluster,
+) -> None:
+    """A static member closed (no LeaveGroup) and restarted within the session timeout
+    keeps the generation and its partitions; a second live member with the same instance id
+    fences the older one (FencedInstanceIdError from its poll)."""
+    boot = gcluster.bootstrap
+    topic, group, n_parts = "static", "g-static", 4
+
+    async def body() -> None:
+        await produce(boot, topic, n_parts, 5)
+
+        def member(name: str, instance: str) -> Member:
+            return Member(name, boot, group, topic, group_instance_id=instance)
+
+        a, b = member("a", "inst-a"), member("b", "inst-b")
+        started = [a, b]
+        try:
+            a.start()
+            b.start()
+            await async_wait_for(
+                lambda: _true(settled([a, b], topic, n_parts)), timeout=60, what="stable"
+            )
+            gen, a_parts, b_events = a.c.generation, a.c.assignment(), len(b.events)
+            await a.stop()  # static: revokes locally, sends no LeaveGroup
+            a2 = member("a2", "inst-a")
+            started.append(a2)
+            a2.start()
+            await async_wait_for(
+                lambda: _true(settled([a2, b], topic, n_parts)), timeout=30, what="a2 stable"
+            )
+            assert a2.c.generation == gen == b.c.generation
+            assert a2.c.assignment() == a_parts
+            assert b.events[b_events:] == [], b.events[b_events:]  # b saw no rebalance
+            a3 = member("a3", "inst-a")
+            started.append(a3)
+            a3.start()
+
+            async def fenced() -> bool:
+                return a2.error is not None
+
+            await async_wait_for(fenced, timeout=30, what="a2 fenced")
+            assert isinstance(a2.error, FencedInstanceIdError), repr(a2.error)
+            await async_wait_for(
+                lambda: _true(settled([a3, b], topic, n_parts)), timeout=30, what="a3 stable"
+            )
+            assert a3.c.assignment() == a_parts
+            for m in (a, b, a3):
+                assert not m.violations and m.error is None, (m.name, m.violations, m.error)
+        finally:
+            for m in started:
+                with contextlib.suppress(HeadwaterError):
+                    await m.stop()
+
+    asyncio.run(body())
