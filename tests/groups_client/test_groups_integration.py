@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import sys
 import time
 from collections.abc import Iterator
@@ -389,5 +390,101 @@ def test_static_member_restart_without_rebalance_and_duplicate_fenced(
             for m in started:
                 with contextlib.suppress(HeadwaterError):
                     await m.stop()
+
+    asyncio.run(body())
+
+
+def test_cooperative_join_keeps_unaffected_partitions(gcluster: LocalCluster) -> None:
+    """2 cooperative-sticky members on 6 partitions, a 3rd joins while records flow: the
+    partitions that stay with their owner are never revoked; the pause per partition (the
+    longest gap between records consumed, while producing every 50 ms) is printed."""
+    boot = gcluster.bootstrap
+    topic, group, n_parts = "coop", "g-coop", 6
+
+    async def body() -> None:
+        await produce(boot, topic, n_parts, 1)
+
+        def member(name: str) -> Member:
+            return Member(
+                name, boot, group, topic, partition_assignment_strategy=["cooperative-sticky"]
+            )
+
+        a, b, c = member("a"), member("b"), member("c")
+        stop = asyncio.Event()
+        sent = {p: 1 for p in range(n_parts)}
+
+        async def feed() -> None:
+            async with AsyncProducer(boot) as p:
+                while not stop.is_set():
+                    futs = [await p.send(topic, b"x", partition=q) for q in range(n_parts)]
+                    await asyncio.gather(*futs)
+                    for q in range(n_parts):
+                        sent[q] += 1
+                    await asyncio.sleep(0.05)
+
+        feeder: asyncio.Task[None] | None = None
+        try:
+            a.start()
+            b.start()
+            await async_wait_for(
+                lambda: _true(settled([a, b], topic, n_parts)), timeout=60, what="a, b stable"
+            )
+            before = {m.name: m.c.assignment() for m in (a, b)}
+            feeder = asyncio.get_running_loop().create_task(feed())
+            await async_wait_for(
+                lambda: _true(all(v > 10 for v in sent.values())), timeout=30, what="traffic"
+            )
+            joined_at = time.monotonic()
+            c.start()
+            await async_wait_for(
+                lambda: _true(settled([a, b, c], topic, n_parts)), timeout=60, what="3 stable"
+            )
+            settled_at = time.monotonic()
+            after = {m.name: m.c.assignment() for m in (a, b, c)}
+            kept = {tp for n in ("a", "b") for tp in before[n] & after[n]}
+            assert len(kept) == 4 and len(after["c"]) == 2, (before, after)
+            for m in (a, b):
+                revoked = {tp for e in m.events if e[0] in ("revoked", "lost") for tp in e[2]}
+                assert not revoked & kept, (m.name, revoked)
+                assert revoked == before[m.name] - after[m.name]
+            await async_wait_for(
+                lambda: _true(all(v > 40 for v in sent.values())), timeout=30, what="traffic"
+            )
+            stop.set()
+            await feeder
+
+            async def drained() -> bool:
+                got = consumed_offsets([a, b, c])
+                return all(
+                    got.get(TopicPartition(topic, q), set()) >= set(range(sent[q]))
+                    for q in range(n_parts)
+                )
+
+            await async_wait_for(drained, timeout=30, what="every record consumed")
+            check_ownership([a, b, c])
+            pauses = {}
+            for tp in sorted(all_parts(topic, n_parts)):
+                times = sorted(
+                    t for m in (a, b, c) for t, p, _o in m.records
+                    if p == tp and joined_at - 1 <= t <= settled_at + 1
+                )  # fmt: skip
+                pauses[tp.partition] = max(
+                    (y - x for x, y in itertools.pairwise(times)), default=0.0
+                )
+            print(
+                f"rebalance took {settled_at - joined_at:.2f}s; pause per partition (s): "
+                + ", ".join(
+                    f"{p}{'*' if TopicPartition(topic, p) in kept else ''}={d:.2f}"
+                    for p, d in sorted(pauses.items())
+                )
+                + " (* kept by its owner)"
+            )
+            assert all(pauses[tp.partition] < 2.0 for tp in kept), pauses
+        finally:
+            stop.set()
+            if feeder is not None:
+                await asyncio.gather(feeder, return_exceptions=True)
+            for m in (a, b, c):
+                await m.stop()
 
     asyncio.run(body())
