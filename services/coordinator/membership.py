@@ -123,7 +123,10 @@ def join(table: GroupTable, req: pb.JoinGroupRequest, ctx: Ctx) -> Outcome:
         )
         if old is not None:
             _fence(g, old.member_id, out)
-            if g.state is GroupState.STABLE and old.protocols == new.protocols:
+            # As Kafka: no rebalance unless the protocol choice could change. The metadata
+            # may differ (a restarted consumer no longer reports its owned partitions).
+            same_names = [n for n, _ in old.protocols] == [n for n, _ in new.protocols]
+            if g.state is GroupState.STABLE and same_names:
                 return _replace_static(g, old, new, ctx, out)
             del g.members[old.member_id]
             if g.leader == old.member_id:

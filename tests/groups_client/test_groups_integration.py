@@ -355,7 +355,12 @@ def test_static_member_restart_without_rebalance_and_duplicate_fenced(
         a, b = member("a", "inst-a"), member("b", "inst-b")
         started = [a, b]
         try:
+            # a alone first, then b: a's last JoinGroup reports what it owned, which its
+            # restarted process cannot know (the restart must not rebalance anyway)
             a.start()
+            await async_wait_for(
+                lambda: _true(settled([a], topic, n_parts)), timeout=60, what="a stable"
+            )
             b.start()
             await async_wait_for(
                 lambda: _true(settled([a, b], topic, n_parts)), timeout=60, what="stable"
