@@ -1,6 +1,7 @@
 # Headwater developer commands. CI runs exactly `make ci` (see .ci/run).
 #
-#   make dev     install if needed, then start a local cluster (etcd, 2 controllers, 3 brokers)
+#   make dev     install if needed, then start a local cluster (etcd, 2 controllers, 3 brokers,
+#                2 coordinators)
 #   make test    install if needed, then run every test
 #   make lint    ruff check, ruff format --check, mypy
 #   make proto   regenerate headwater/v1/ from proto/
