@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.broker.storage.fileio import replace_atomically
+
 CHECKPOINT_FILE = "partition.checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 VERSION = 1
@@ -51,14 +53,7 @@ def write_checkpoint(directory: Path, cp: Checkpoint) -> None:
         "log_start_offset": cp.log_start_offset,
         "recovery_point": cp.recovery_point,
     }
-    tmp = directory / (CHECKPOINT_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, json.dumps(doc).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, directory / CHECKPOINT_FILE)
+    replace_atomically(directory / CHECKPOINT_FILE, json.dumps(doc).encode())
 
 
 def mark_clean_shutdown(directory: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 
@@ -99,3 +100,22 @@ class LazyFile:
         """Close for good: later uses raise ``OSError(EBADF)`` instead of reopening."""
         self.release()
         self._closed = True
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, never a
+    torn one: write ``path.tmp``, fsync it, rename over ``path``, fsync the directory (so the
+    rename itself survives a power loss). Raises OSError."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

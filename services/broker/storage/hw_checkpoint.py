@@ -16,11 +16,11 @@ soon as the ISR has the records.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from headwater.errors import KafkaStorageError
+from services.broker.storage.fileio import replace_atomically
 
 HW_FILE = "replication-offset-checkpoint"
 VERSION = 0
@@ -44,14 +44,7 @@ def read_high_watermarks(log_dir: Path) -> dict[tuple[str, int], int]:
 def write_high_watermarks(log_dir: Path, hws: Mapping[tuple[str, int], int]) -> None:
     items = sorted(hws.items())
     text = f"{VERSION}\n{len(items)}\n" + "".join(f"{t} {p} {hw}\n" for (t, p), hw in items)
-    tmp = log_dir / (HW_FILE + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, log_dir / HW_FILE)
+        replace_atomically(log_dir / HW_FILE, text.encode())
     except OSError as exc:
         raise KafkaStorageError(f"cannot write {HW_FILE} in {log_dir}: {exc}") from exc

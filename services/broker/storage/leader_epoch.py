@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from headwater.errors import KafkaStorageError
+from services.broker.storage.fileio import replace_atomically
 
 EPOCH_FILE = "leader-epoch-checkpoint"
 VERSION = 0
@@ -83,15 +83,8 @@ def write_entries(directory: Path, entries: Iterable[EpochEntry]) -> None:
     """Atomically replace the file (tmp, fsync, rename); KafkaStorageError on I/O errors."""
     items = list(entries)
     text = f"{VERSION}\n{len(items)}\n" + "".join(f"{x.epoch} {x.start_offset}\n" for x in items)
-    tmp = directory / (EPOCH_FILE + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, directory / EPOCH_FILE)
+        replace_atomically(directory / EPOCH_FILE, text.encode())
     except OSError as exc:
         raise KafkaStorageError(f"cannot write {EPOCH_FILE} in {directory}: {exc}") from exc
 

@@ -12,10 +12,10 @@ whole log is dirty, which is safe: cleaning is idempotent).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from headwater.batch.codec import RecordBatch
+from services.broker.storage.fileio import replace_atomically
 
 CHECKPOINT_FILE = "cleaner.checkpoint"
 VERSION = 1
@@ -31,14 +31,8 @@ def read_first_dirty(directory: Path) -> int:
 
 
 def write_first_dirty(directory: Path, offset: int) -> None:
-    tmp = directory / (CHECKPOINT_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, json.dumps({"version": VERSION, "first_dirty_offset": offset}).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, directory / CHECKPOINT_FILE)
+    doc = {"version": VERSION, "first_dirty_offset": offset}
+    replace_atomically(directory / CHECKPOINT_FILE, json.dumps(doc).encode())
 
 
 class OffsetMap:
