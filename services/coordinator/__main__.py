@@ -3,7 +3,7 @@
     python -m services.coordinator --coordinator-id N --host 127.0.0.1 --port 0 \
         --etcd HOST:PORT [--metrics-port M] [--ready-file PATH] [--lease-ttl S]
         [--offsets-topic-partitions P] [--offsets-topic-replication-factor R]
-        [--offsets-retention-minutes M] [--log-level L]
+        [--offsets-retention-minutes M] [--topic-watch-interval-ms MS] [--log-level L]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from services.coordinator.app import Settings, run
+from services.coordinator.topic_watch import WATCH_INTERVAL_S
 
 
 def parse(argv: list[str] | None = None) -> Settings:
@@ -45,10 +46,18 @@ def parse(argv: list[str] | None = None) -> Settings:
         default=7 * 24 * 60,
         help="committed offsets of an Empty group expire after this (default 7 days)",
     )
+    ap.add_argument(
+        "--topic-watch-interval-ms",
+        type=int,
+        default=int(WATCH_INTERVAL_S * 1000),
+        help="how often subscribed topics' partition counts are checked (default 2000)",
+    )
     ap.add_argument("--log-level", default="INFO")
     a = ap.parse_args(argv)
     if a.offsets_topic_partitions < 1 or a.offsets_topic_replication_factor < 1:
         ap.error("--offsets-topic-partitions and --offsets-topic-replication-factor must be >= 1")
+    if a.topic_watch_interval_ms < 100:
+        ap.error("--topic-watch-interval-ms must be >= 100")
     if a.lease_ttl < 2 or a.offsets_retention_minutes < 1:
         ap.error("--lease-ttl must be >= 2 and --offsets-retention-minutes >= 1")
     logging.basicConfig(
@@ -66,6 +75,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         offsets_topic_replication_factor=a.offsets_topic_replication_factor,
         lease_ttl=a.lease_ttl,
         offsets_retention_ms=a.offsets_retention_minutes * 60_000,
+        topic_watch_interval_s=a.topic_watch_interval_ms / 1000,
     )
 
 

@@ -10,7 +10,9 @@ lease and take partitions (:class:`Ownership`); write the ready file
 Long-lived tasks (guarded: one that dies stops the process): ``coordinator-ownership`` (owns
 the partition runtimes, each its own task) and ``coordinator-metrics`` (every
 ``metrics_interval_s`` refreshes headwater_group_lag / headwater_group_members from each
-owned partition's snapshot and the partitions' log ends).
+owned partition's snapshot and the partitions' log ends) and ``coordinator-topic-watch``
+(every ``topic_watch_interval_s`` rebalances owned groups whose subscribed topics changed
+partition count: :mod:`topic_watch`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from services.controller.app import _connect_etcd, write_ready_file
 from services.coordinator.ownership import Ownership
 from services.coordinator.runtime import OFFSETS_TOPIC, PartitionLostError, PartitionRuntime
 from services.coordinator.servicer import GroupCoordinatorServicer, measure_ends, register
+from services.coordinator.topic_watch import WATCH_INTERVAL_S, watch_partition_counts
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,7 @@ class Settings:
     lease_ttl: int = 5
     metrics_interval_s: float = 5.0
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    topic_watch_interval_s: float = WATCH_INTERVAL_S
 
 
 async def broker_bootstrap(etcd: hetcd.Etcd, timeout_s: float = 60.0) -> list[str]:
@@ -201,6 +205,10 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         asyncio.create_task(
             refresh_metrics(ownership, admin, settings.metrics_interval_s),
             name="coordinator-metrics",
+        ),
+        asyncio.create_task(
+            watch_partition_counts(ownership, admin, settings.topic_watch_interval_s),
+            name="coordinator-topic-watch",
         ),
     ]
     for task in tasks:

@@ -18,7 +18,7 @@ left is tombstoned too (then Dead).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
@@ -139,6 +139,20 @@ def assignment_of(raw: bytes) -> list[pb.TopicPartitions]:
     except Exception:  # opaque client bytes: not decodable = nothing
         return []
     return list(a.partitions)
+
+
+def subscribed_topics(protocol_type: str, metadatas: Iterable[bytes]) -> frozenset[str]:
+    """Union of the topics in members' ``ConsumerSubscription`` metadata (consumer groups
+    only; undecodable metadata contributes nothing)."""
+    if protocol_type != "consumer":
+        return frozenset()
+    out: set[str] = set()
+    for raw in metadatas:
+        try:
+            out.update(pb.ConsumerSubscription.FromString(raw).topics)
+        except Exception:  # opaque client bytes
+            continue
+    return frozenset(out)
 
 
 def describe(

@@ -83,7 +83,7 @@ def not_coordinator(kind: str, request: Any, msg: str = "not the coordinator") -
         return pb.DeleteGroupsResult(group_id=request, error_code=code, error_message=msg)
     if kind == "list":
         return pb.ListGroupsResponse(error_code=code)
-    raise PartitionLostError(msg)  # internal queries (tps, snapshot)
+    raise PartitionLostError(msg)  # internal requests (tps, snapshot, rebalance)
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,8 @@ class GroupSnapshot:
     group_id: str
     members: int
     offsets: dict[tuple[str, int], int]
+    state: str = ""  # GroupState value
+    topics: frozenset[str] = frozenset()  # subscribed (consumer protocol metadata)
 
 
 class PartitionRuntime:
@@ -238,6 +240,8 @@ class PartitionRuntime:
             out.response = result
         elif kind == "tps":
             out = Outcome(response=self._tps_of(r))
+        elif kind == "rebalance":  # partition count of a subscribed topic changed
+            out = membership.trigger_rebalance(t, r, ctx)
         elif kind == "snapshot":
             out = Outcome(response=self._snapshot())
         else:
@@ -256,7 +260,15 @@ class PartitionRuntime:
 
     def _snapshot(self) -> list[GroupSnapshot]:
         return [
-            GroupSnapshot(gid, len(g.members), {tp: o.offset for tp, o in g.offsets.items()})
+            GroupSnapshot(
+                gid,
+                len(g.members),
+                {tp: o.offset for tp, o in g.offsets.items()},
+                g.state.value,
+                offsets.subscribed_topics(
+                    g.protocol_type, (meta for m in g.members.values() for _, meta in m.protocols)
+                ),
+            )
             for gid, g in sorted(self._table.groups.items())
         ]
 
