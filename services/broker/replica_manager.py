@@ -29,6 +29,7 @@ worker threads. A whole-request rejection (fencing) is answered in the response'
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -161,7 +162,27 @@ class ReplicaManager:
                 log.warning("UpdateMetadata refused: %s", exc)
                 return broker_pb2.UpdateMetadataResponse(error_code=error_code(exc))
             self.metadata.update(req)
+            await self._apply_topic_configs(req)
             return broker_pb2.UpdateMetadataResponse(error_code=ErrorCode.NONE)
+
+    async def _apply_topic_configs(self, req: broker_pb2.UpdateMetadataRequest) -> None:
+        """Dynamic topic configs: an altered config reaches brokers in UpdateMetadata (no
+        LeaderAndIsr is sent for it), so hosted partitions take it from there."""
+        for topic in req.topics:
+            hosted = [p for (t, _), p in self.partitions.items() if t == topic.name]
+            if not hosted:
+                continue
+            try:
+                config = resolve_topic_config(dict(topic.configs))
+            except HeadwaterError as exc:  # the controller validates; never expected
+                log.error(
+                    "topic %s: ignoring invalid configs %s: %s", topic.name, topic.configs, exc
+                )
+                continue
+            for p in hosted:
+                if config != p.config:
+                    log.info("%r: applying changed topic configs", p)
+                    await p.run_exclusive(functools.partial(p.update_config, config))
 
     async def leader_and_isr(
         self, req: broker_pb2.LeaderAndIsrRequest

@@ -134,6 +134,30 @@ def test_non_retriable_error_surfaces_at_once(cluster: Any) -> None:
     run(body)
 
 
+def test_altered_topic_config_takes_effect_on_the_broker(cluster: Any) -> None:
+    """`topics alter --config` reaches hosted partitions through UpdateMetadata (no restart,
+    no LeaderAndIsr): a 5 KB record that fits is refused once max.message.bytes drops."""
+    boot = cluster.bootstrap
+    topic = "altered-config"
+
+    async def body() -> None:
+        async with AsyncAdminClient(boot) as admin:
+            await admin.create_topic(topic, 1, 1)
+            async with AsyncProducer(boot, retries=0) as p:
+                assert (await (await p.send(topic, b"x" * 5000))).offset == 0
+                await admin.alter_topic_configs(topic, {"max.message.bytes": "1024"})
+                deadline = time.monotonic() + 20
+                while True:
+                    try:
+                        await (await p.send(topic, b"x" * 5000))
+                    except MessageTooLargeError:
+                        break
+                    assert time.monotonic() < deadline, "the altered config never applied"
+                    await asyncio.sleep(0.1)
+
+    run(body)
+
+
 def test_admin_operations_and_typed_errors(cluster: Any) -> None:
     boot = cluster.bootstrap
 
