@@ -155,6 +155,17 @@ def subscribed_topics(protocol_type: str, metadatas: Iterable[bytes]) -> frozens
     return frozenset(out)
 
 
+def assigned_counts(assignments: Iterable[bytes]) -> dict[str, int]:
+    """Per topic, 1 + the highest partition in the members' ``ConsumerAssignment`` bytes: the
+    partition count the leader assigned from (topics with nothing assigned are absent)."""
+    out: dict[str, int] = {}
+    for raw in assignments:
+        for tp in assignment_of(raw):
+            if tp.partitions:
+                out[tp.topic] = max(out.get(tp.topic, 0), max(tp.partitions) + 1)
+    return out
+
+
 def describe(
     g: Group | None, group_id: str, ends: Mapping[tuple[str, int], tuple[int, int]]
 ) -> pb.DescribedGroup:

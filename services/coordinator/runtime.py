@@ -95,6 +95,8 @@ class GroupSnapshot:
     offsets: dict[tuple[str, int], int]
     state: str = ""  # GroupState value
     topics: frozenset[str] = frozenset()  # subscribed (consumer protocol metadata)
+    generation: int = 0
+    assigned: dict[str, int] | None = None  # offsets.assigned_counts of the members
 
 
 class PartitionRuntime:
@@ -268,6 +270,8 @@ class PartitionRuntime:
                 offsets.subscribed_topics(
                     g.protocol_type, (meta for m in g.members.values() for _, meta in m.protocols)
                 ),
+                g.generation,
+                offsets.assigned_counts(m.assignment for m in g.members.values()),
             )
             for gid, g in sorted(self._table.groups.items())
         ]

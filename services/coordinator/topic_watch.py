@@ -11,14 +11,22 @@ Split (pure / I/O):
   the partition runtime owning each group that needs it. It owns ``seen`` (group -> topic ->
   count); nothing else touches it.
 
-Rule: a group's counts are remembered at first sight (per topic: the first count observed
-while the group subscribes to it) and replaced by the current counts when a rebalance is
-triggered. Only Stable / CompletingRebalance groups are triggered (``trigger_rebalance``
-moves them to PreparingRebalance: members get REBALANCE_IN_PROGRESS on heartbeat and
-rejoin); a group in another state keeps its remembered counts, so a change seen meanwhile
-is acted on once it is Stable again. Topics absent from the metadata are ignored (a deleted
-or not yet propagated topic is not a partition count change). Groups no longer owned are
-forgotten.
+Rule (per owned group, ``seen[group] = Seen(generation, counts, target, attempts)``):
+
+* only Stable groups are judged (``trigger_rebalance`` moves them to PreparingRebalance:
+  members get REBALANCE_IN_PROGRESS on heartbeat and rejoin); others keep what was
+  remembered, so a change seen meanwhile is acted on once the group is Stable again;
+* when a Stable group is first seen, or its generation changed (a rebalance completed), its
+  remembered counts are re-based on what that rebalance actually assigned: per subscribed
+  topic, 1 + the highest assigned partition (``offsets.assigned_counts``), or the current
+  count for a topic with nothing assigned. So a change that happened before the watch first
+  saw the group, or a leader that assigned from stale metadata, is still noticed;
+* a topic whose current count differs from the remembered one triggers a rebalance and the
+  current counts are remembered (no second trigger in the same generation). At most
+  ``MAX_ATTEMPTS`` rebalances are triggered for the same target counts (an assignor that
+  leaves partitions unassigned must not make the group rebalance forever);
+* topics absent from the metadata are ignored (deleted / not yet propagated is not a count
+  change); groups no longer owned are forgotten.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from headwater import errors
 from headwater.client import AsyncAdminClient
@@ -36,7 +44,7 @@ from services.coordinator.runtime import GroupSnapshot, PartitionLostError, Part
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 2.0
-TRIGGERABLE_STATES = frozenset({"Stable", "CompletingRebalance"})
+MAX_ATTEMPTS = 3
 
 Counts = dict[str, int]
 
@@ -48,38 +56,60 @@ class GroupTopics:
     group_id: str
     state: str  # GroupState value
     topics: frozenset[str]
+    generation: int = 0
+    assigned: Mapping[str, int] = field(default_factory=dict)  # offsets.assigned_counts
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the watch remembers of one group (see the module doc)."""
+
+    generation: int
+    counts: Counts
+    target: Counts | None = None  # the counts the last triggered rebalance was for
+    attempts: int = 0  # rebalances triggered for ``target``
 
 
 def groups_to_rebalance(
-    groups: Iterable[GroupTopics],
-    counts: Mapping[str, int],
-    seen: Mapping[str, Mapping[str, int]],
-) -> tuple[list[str], dict[str, Counts]]:
+    groups: Iterable[GroupTopics], counts: Mapping[str, int], seen: Mapping[str, Seen]
+) -> tuple[list[str], dict[str, Seen]]:
     """Pure. Returns (group ids to rebalance, sorted; the new ``seen``). See module doc."""
     trigger: list[str] = []
-    new_seen: dict[str, Counts] = {}
+    new_seen: dict[str, Seen] = {}
     for g in groups:
+        prev = seen.get(g.group_id)
+        if g.state != "Stable":
+            if prev is not None:
+                new_seen[g.group_id] = prev
+            continue
         now = {t: counts[t] for t in g.topics if t in counts}
-        before = dict(seen.get(g.group_id, {}))
-        changed = any(t in before and before[t] != n for t, n in now.items())
-        if changed and g.state in TRIGGERABLE_STATES:
+        rebased = prev is None or prev.generation != g.generation
+        basis = {
+            t: (g.assigned.get(t, n) if rebased or prev is None else prev.counts.get(t, n))
+            for t, n in now.items()
+        }
+        target, attempts = (prev.target, prev.attempts) if prev is not None else (None, 0)
+        if basis == now:
+            new_seen[g.group_id] = Seen(g.generation, basis, target, attempts)
+            continue
+        attempts = attempts + 1 if target == now else 1
+        if attempts <= MAX_ATTEMPTS:
             trigger.append(g.group_id)
-            new_seen[g.group_id] = now
-        else:
-            # keep what was remembered (a pending change), learn topics seen for the 1st time
-            new_seen[g.group_id] = {t: before.get(t, n) for t, n in now.items()}
+            new_seen[g.group_id] = Seen(g.generation, now, now, attempts)
+        else:  # give up on this target until the counts change again
+            new_seen[g.group_id] = Seen(g.generation, now, now, attempts - 1)
     return sorted(trigger), new_seen
 
 
 def _topics_of(s: GroupSnapshot) -> GroupTopics:
-    return GroupTopics(s.group_id, s.state, s.topics)
+    return GroupTopics(s.group_id, s.state, s.topics, s.generation, s.assigned or {})
 
 
 async def watch_partition_counts(
     ownership: Ownership, admin: AsyncAdminClient, interval_s: float = WATCH_INTERVAL_S
 ) -> None:
     """The ``coordinator-topic-watch`` task (runs until cancelled); see the module doc."""
-    seen: dict[str, Counts] = {}
+    seen: dict[str, Seen] = {}
     while True:
         await asyncio.sleep(interval_s)
         try:
@@ -110,7 +140,7 @@ async def watch_partition_counts(
             log.info(
                 "group %s: subscribed topic partition count changed (%s -> %s); rebalancing",
                 group_id,
-                seen.get(group_id),
-                new_seen[group_id],
+                prev.counts if (prev := seen.get(group_id)) else None,
+                new_seen[group_id].counts,
             )
         seen = new_seen

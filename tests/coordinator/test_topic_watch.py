@@ -6,48 +6,81 @@ from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator import membership, offsets
 from services.coordinator.group import GroupState
-from services.coordinator.topic_watch import GroupTopics, groups_to_rebalance
+from services.coordinator.topic_watch import MAX_ATTEMPTS, GroupTopics, Seen, groups_to_rebalance
 from tests.coordinator.harness import Harness
 
 
-def gt(group: str, *topics: str, state: str = "Stable") -> GroupTopics:
-    return GroupTopics(group, state, frozenset(topics))
+def gt(
+    group: str, *topics: str, state: str = "Stable", gen: int = 1, **assigned: int
+) -> GroupTopics:
+    return GroupTopics(group, state, frozenset(topics), gen, assigned)
 
 
-def test_first_sight_remembers_without_rebalance() -> None:
-    trigger, seen = groups_to_rebalance([gt("g", "a", "b")], {"a": 2, "b": 3, "x": 9}, {})
-    assert trigger == []
-    assert seen == {"g": {"a": 2, "b": 3}}
+def test_first_sight_rebases_on_the_assignment() -> None:
+    # assigned from 2 and 3 partitions, metadata agrees: remembered, no rebalance
+    trigger, seen = groups_to_rebalance([gt("g", "a", "b", a=2, b=3)], {"a": 2, "b": 3}, {})
+    assert trigger == [] and seen == {"g": Seen(1, {"a": 2, "b": 3})}
+    # the topic grew before the watch first saw the group: the assignment tells
+    trigger, seen = groups_to_rebalance([gt("g", "a", a=2)], {"a": 4}, {})
+    assert trigger == ["g"] and seen == {"g": Seen(1, {"a": 4}, {"a": 4}, 1)}
 
 
-def test_changed_count_triggers_and_is_remembered() -> None:
-    groups = [gt("g1", "a"), gt("g2", "b"), gt("g3", "a", "b")]
-    seen0 = {"g1": {"a": 2}, "g2": {"b": 3}, "g3": {"a": 2, "b": 3}}
+def test_changed_count_triggers_once_per_generation() -> None:
+    groups = [gt("g1", "a", a=2), gt("g2", "b", b=3), gt("g3", "a", "b", a=2, b=3)]
+    _, seen0 = groups_to_rebalance(groups, {"a": 2, "b": 3}, {})
     trigger, seen = groups_to_rebalance(groups, {"a": 4, "b": 3}, seen0)
     assert trigger == ["g1", "g3"]
-    assert seen == {"g1": {"a": 4}, "g2": {"b": 3}, "g3": {"a": 4, "b": 3}}
+    assert seen["g1"].counts == {"a": 4} and seen["g2"] == seen0["g2"]
+    # same generation (the trigger not yet acted on): no second trigger
     trigger, seen2 = groups_to_rebalance(groups, {"a": 4, "b": 3}, seen)
     assert trigger == [] and seen2 == seen
+    # the rebalance completed and assigned all 4: settled
+    done = [gt("g1", "a", gen=2, a=4), gt("g2", "b", b=3), gt("g3", "a", "b", gen=2, a=4, b=3)]
+    trigger, seen3 = groups_to_rebalance(done, {"a": 4, "b": 3}, seen2)
+    assert trigger == [] and seen3["g1"].counts == {"a": 4}
+
+
+def test_stale_leader_retriggers_a_bounded_number_of_times() -> None:
+    _, seen = groups_to_rebalance([gt("g", "a", a=2)], {"a": 2}, {})
+    triggered = 0
+    for gen in range(1, 10):  # every rebalance still assigns from 2 partitions only
+        trigger, seen = groups_to_rebalance([gt("g", "a", gen=gen, a=2)], {"a": 4}, seen)
+        triggered += len(trigger)
+    assert triggered == MAX_ATTEMPTS
+    # a new change is acted on again
+    trigger, _ = groups_to_rebalance([gt("g", "a", gen=11, a=2)], {"a": 6}, seen)
+    assert trigger == ["g"]
 
 
 def test_unstable_group_keeps_pending_change_until_stable() -> None:
-    seen0 = {"g": {"a": 2}}
-    for state in ("PreparingRebalance", "Empty"):
+    _, seen0 = groups_to_rebalance([gt("g", "a", a=2)], {"a": 2}, {})
+    for state in ("PreparingRebalance", "CompletingRebalance", "Empty"):
         trigger, seen = groups_to_rebalance([gt("g", "a", state=state)], {"a": 4}, seen0)
         assert trigger == [] and seen == seen0
-    trigger, seen = groups_to_rebalance(
-        [gt("g", "a", state="CompletingRebalance")], {"a": 4}, seen0
-    )
-    assert trigger == ["g"] and seen == {"g": {"a": 4}}
+    trigger, seen = groups_to_rebalance([gt("g", "a", state=state)], {"a": 4}, {})
+    assert trigger == [] and seen == {}
+    trigger, seen = groups_to_rebalance([gt("g", "a", a=2)], {"a": 4}, seen0)
+    assert trigger == ["g"] and seen["g"].counts == {"a": 4}
 
 
 def test_new_topic_unknown_topic_and_forgotten_group() -> None:
-    # a newly subscribed topic is learnt (its own join rebalanced), an unknown one ignored,
-    # a group no longer owned is dropped
-    seen0 = {"g": {"a": 2}, "gone": {"a": 2}}
+    # a newly subscribed topic with nothing assigned yet is learnt as is, an unknown one
+    # ignored, a group no longer owned dropped
+    _, seen0 = groups_to_rebalance([gt("g", "a", a=2), gt("gone", "a", a=2)], {"a": 2}, {})
     trigger, seen = groups_to_rebalance([gt("g", "a", "b", "missing")], {"a": 2, "b": 5}, seen0)
     assert trigger == []
-    assert seen == {"g": {"a": 2, "b": 5}}
+    assert seen == {"g": Seen(1, {"a": 2, "b": 5})}
+
+
+def test_assigned_counts() -> None:
+    a1 = pb.ConsumerAssignment(
+        partitions=[pb.TopicPartitions(topic="a", partitions=[0, 2]),
+                    pb.TopicPartitions(topic="b", partitions=[])]
+    ).SerializeToString()  # fmt: skip
+    a2 = pb.ConsumerAssignment(
+        partitions=[pb.TopicPartitions(topic="a", partitions=[3, 1])]
+    ).SerializeToString()
+    assert offsets.assigned_counts([a1, a2, b"", b"\xff"]) == {"a": 4}
 
 
 def test_subscribed_topics_decodes_consumer_metadata_only() -> None:
