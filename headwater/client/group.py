@@ -313,9 +313,10 @@ class GroupMember:
         topics = {t for s in members.values() for t in s.topics}
         md = self.c._metadata
         assert md is not None
-        if any(md.view.partition_count(t) is None for t in topics) or md.is_stale():
-            with contextlib.suppress(errors.HeadwaterError):
-                await md.refresh()
+        # Always assign from fresh metadata (as Kafka's leader does): a rebalance is often
+        # *caused* by a partition-count change the cached metadata has not seen yet.
+        with contextlib.suppress(errors.HeadwaterError):
+            await md.refresh()
         counts = {t: n for t in topics if (n := md.view.partition_count(t)) is not None}
         plan = self.assignors[resp.protocol_name].assign(members, counts)
         log.info(

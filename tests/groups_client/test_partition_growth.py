@@ -60,7 +60,6 @@ def test_member_gets_new_partitions_after_create_partitions(gcluster: LocalClust
             enable_auto_commit=False,
             session_timeout_ms=3000,
             heartbeat_interval_ms=300,
-            metadata_max_age_ms=500,
             client_id="grower",
         )
         assigned: list[frozenset[TopicPartition]] = []
