@@ -507,3 +507,39 @@ def test_cooperative_join_keeps_unaffected_partitions(gcluster: LocalCluster) ->
                 await m.stop()
 
     asyncio.run(body())
+
+
+def test_pattern_subscription_consumes_every_matching_topic(gcluster: LocalCluster) -> None:
+    """subscribe(pattern=...) joins for the topics that match, and only those."""
+    boot = gcluster.bootstrap
+    topics = ("pat-a", "pat-b", "other-c")
+
+    async def body() -> None:
+        async with AsyncAdminClient(boot) as admin:
+            for t in topics:
+                await admin.create_topic(t, 1)
+        async with AsyncProducer(boot) as p:
+            for t in topics:
+                await (await p.send(t, t.encode()))
+        c = AsyncConsumer(
+            boot,
+            group_id="g-pattern",
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+            enable_auto_commit=False,
+            client_id="pattern",
+        )
+        try:
+            c.subscribe(pattern=r"pat-.*")
+            got: dict[str, bytes | None] = {}
+            deadline = time.monotonic() + 30
+            while len(got) < 2 and time.monotonic() < deadline:
+                for r in await c.poll(timeout_ms=200):
+                    got[r.topic] = r.value
+            assert got == {"pat-a": b"pat-a", "pat-b": b"pat-b"}
+            assert {tp.topic for tp in c.assignment()} == {"pat-a", "pat-b"}
+        finally:
+            await c.close()
+
+    asyncio.run(body())
