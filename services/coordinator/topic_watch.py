@@ -84,8 +84,11 @@ def groups_to_rebalance(
             continue
         now = {t: counts[t] for t in g.topics if t in counts}
         rebased = prev is None or prev.generation != g.generation
+        # A subscribed topic with nothing assigned in a Stable group counts as 0 partitions:
+        # the leader assigned from metadata that did not have the topic yet (a race seen
+        # right after topic creation), so the group must rebalance to pick it up.
         basis = {
-            t: (g.assigned.get(t, n) if rebased or prev is None else prev.counts.get(t, n))
+            t: (g.assigned.get(t, 0) if rebased or prev is None else prev.counts.get(t, n))
             for t, n in now.items()
         }
         target, attempts = (prev.target, prev.attempts) if prev is not None else (None, 0)

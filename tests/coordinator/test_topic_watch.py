@@ -103,3 +103,10 @@ def test_trigger_rebalance_moves_stable_group_to_preparing() -> None:
     assert h.heartbeat(g, a, 1) == ErrorCode.REBALANCE_IN_PROGRESS
     ra = h.join(g, a)
     assert ra.error_code == 0 and ra.generation_id == 2
+
+
+def test_stable_group_with_nothing_assigned_for_a_subscribed_topic_rebalances() -> None:
+    """The leader assigned from metadata that lacked a just-created topic: the group is
+    Stable with nothing of it assigned, so the watch must trigger a rebalance."""
+    trigger, seen = groups_to_rebalance([gt("g", "new")], {"new": 2}, {})
+    assert trigger == ["g"] and seen["g"].target == {"new": 2}
