@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from headwater.client import AdminClient, AsyncConsumer, TopicPartition
 from headwater.dev.cluster import LocalCluster
-from headwater.v1 import coordinator_pb2 as pb
-from headwater.v1 import coordinator_pb2_grpc
-from headwater.v1.errors_pb2 import ErrorCode
+from tests.coordinator.service_helpers import Committer, find, owner
 from tests.helpers.wait import wait_for
 
 OFFSETS = "__consumer_offsets"
@@ -50,35 +46,6 @@ def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
         etcd_unsafe_no_fsync=True,
     ) as c:
         yield c
-
-
-def stub(address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
-    return coordinator_pb2_grpc.GroupCoordinatorStub(grpc.insecure_channel(address))
-
-
-def find(c: LocalCluster, group: str) -> pb.FindCoordinatorResponse | None:
-    """FindCoordinator's answer once it names a live owner (None before)."""
-    for address in c.coordinator_addresses:
-        try:
-            r = stub(address).FindCoordinator(pb.FindCoordinatorRequest(group_id=group), timeout=5)
-        except grpc.RpcError:
-            return None
-        if r.error_code == ErrorCode.NONE:
-            return r
-    return None
-
-
-def owner(c: LocalCluster, group: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
-    r = wait_for(lambda: find(c, group), timeout=30, what=f"an owner for {group}")
-    return stub(f"{r.coordinator.host}:{r.coordinator.port}")
-
-
-def commit(
-    s: coordinator_pb2_grpc.GroupCoordinatorStub, group: str, offset: int
-) -> pb.OffsetCommitResponse:
-    part = pb.OffsetCommitPartition(topic="t", partition=0, offset=offset, metadata=META)
-    req = pb.OffsetCommitRequest(group_id=group, generation_id=-1, partitions=[part])
-    return s.OffsetCommit(req, timeout=20)
 
 
 def first_dirty(data_dir: Path, partition: int) -> int:
@@ -130,35 +97,8 @@ def test_commits_survive_coordinator_kill9_during_compaction(kcluster: LocalClus
         admin.close()
     for g in KEYS:
         owner(kcluster, g)
-    acked: dict[str, int] = {}
-    sent: dict[str, int] = {}  # a commit that failed in transit may still have landed
-    stop = threading.Event()
-    after_kill = threading.Event()
-    acks_after_kill: set[str] = set()
-
-    def committer() -> None:
-        stubs: dict[str, coordinator_pb2_grpc.GroupCoordinatorStub] = {}
-        offset = 0
-        while not stop.is_set():
-            offset += 1
-            for g in KEYS:
-                try:
-                    s = stubs.get(g) or owner(kcluster, g)
-                    stubs[g] = s
-                    sent[g] = offset
-                    r = commit(s, g, offset)
-                except (grpc.RpcError, AssertionError):
-                    stubs.pop(g, None)
-                    continue
-                if r.error_code == ErrorCode.NONE:
-                    acked[g] = offset
-                    if after_kill.is_set():
-                        acks_after_kill.add(g)
-                else:
-                    stubs.pop(g, None)
-
-    t = threading.Thread(target=committer, name="committer", daemon=True)
-    t.start()
+    committer = Committer(kcluster, KEYS, metadata=META)
+    committer.start()
     try:
         # several cleaned 16 KiB segments of the victim's partition, while commits flow
         wait_for(
@@ -171,9 +111,9 @@ def test_commits_survive_coordinator_kill9_during_compaction(kcluster: LocalClus
         assert count < end // 2, (count, end)
         cleaned_at_kill = first_dirty(kcluster.data_dir, vpart)
         kcluster.kill_coordinator(vid)
-        after_kill.set()
+        committer.after_kill.set()
         wait_for(
-            lambda: acks_after_kill >= set(KEYS),
+            lambda: committer.acks_after_kill >= set(KEYS),
             timeout=45,
             what="commits of every key acknowledged after the kill",
         )
@@ -184,17 +124,10 @@ def test_commits_survive_coordinator_kill9_during_compaction(kcluster: LocalClus
             what=f"another cleaning of {OFFSETS}-{vpart} after the kill",
         )
     finally:
-        stop.set()
-        t.join(timeout=60)
-    assert not t.is_alive()
+        committer.stop()
     assert all(a is not None and a.coordinator.broker_id != vid
                for a in (find(kcluster, g) for g in KEYS))  # fmt: skip
-    mismatches = []
-    for g in KEYS:
-        got = owner(kcluster, g).OffsetFetch(pb.OffsetFetchRequest(group_id=g), timeout=20)
-        values = {(o.topic, o.partition): o.offset for o in got.offsets}
-        if got.error_code != ErrorCode.NONE or not acked[g] <= values.get(("t", 0), -1) <= sent[g]:
-            mismatches.append((g, values, acked[g], sent[g]))
+    mismatches = committer.mismatches()
     print(f"committed offsets lost: {len(mismatches)} of {len(KEYS)}")
     assert mismatches == [], f"{len(mismatches)} of {len(KEYS)} mismatched: {mismatches}"
     kcluster.restart_coordinator(vid)

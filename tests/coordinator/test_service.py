@@ -7,17 +7,15 @@ coordinator (the survivor takes the partitions over by replaying ``__consumer_of
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from headwater.dev.cluster import LocalCluster
 from headwater.v1 import coordinator_pb2 as pb
-from headwater.v1 import coordinator_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
+from tests.coordinator.service_helpers import Committer, commit, fetched, find, owner, stub
 from tests.helpers.wait import wait_for
 
 PARTITIONS = 3
@@ -35,45 +33,6 @@ def gcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
         etcd_unsafe_no_fsync=True,
     ) as c:
         yield c
-
-
-def stub(address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
-    return coordinator_pb2_grpc.GroupCoordinatorStub(grpc.insecure_channel(address))
-
-
-def find(c: LocalCluster, group: str, via: str | None = None) -> pb.FindCoordinatorResponse | None:
-    """FindCoordinator's answer once it names a live owner (None before)."""
-    for address in [via] if via else c.coordinator_addresses:
-        try:
-            r = stub(address).FindCoordinator(pb.FindCoordinatorRequest(group_id=group), timeout=5)
-        except grpc.RpcError:
-            return None
-        if r.error_code == ErrorCode.NONE:
-            return r
-    return None
-
-
-def owner(c: LocalCluster, group: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
-    r = wait_for(lambda: find(c, group), timeout=30, what=f"an owner for {group}")
-    return stub(f"{r.coordinator.host}:{r.coordinator.port}")
-
-
-def commit(
-    s: coordinator_pb2_grpc.GroupCoordinatorStub, group: str, offset: int, **kw: object
-) -> pb.OffsetCommitResponse:
-    return s.OffsetCommit(
-        pb.OffsetCommitRequest(
-            group_id=group,
-            generation_id=int(kw.get("generation", -1)),  # type: ignore[call-overload]
-            member_id=str(kw.get("member", "")),
-            partitions=[pb.OffsetCommitPartition(topic="t", partition=0, offset=offset)],
-        ),
-        timeout=20,
-    )
-
-
-def fetched(s: coordinator_pb2_grpc.GroupCoordinatorStub, group: str) -> pb.OffsetFetchResponse:
-    return s.OffsetFetch(pb.OffsetFetchRequest(group_id=group), timeout=20)
 
 
 def test_group_protocol_round_trip(gcluster: LocalCluster) -> None:
@@ -143,55 +102,23 @@ def test_commits_survive_coordinator_kill9(gcluster: LocalCluster) -> None:
     victim = find(gcluster, keys[0])
     assert victim is not None
     vid = victim.coordinator.broker_id
-    acked: dict[str, int] = {}
-    sent: dict[str, int] = {}  # a commit that failed in transit may still have landed
-    stop = threading.Event()
-    after_kill = threading.Event()
-    acks_after_kill: list[str] = []
-
-    def committer() -> None:
-        stubs: dict[str, coordinator_pb2_grpc.GroupCoordinatorStub] = {}
-        offset = 0
-        while not stop.is_set():
-            offset += 1
-            for g in keys:
-                try:
-                    s = stubs.get(g) or owner(gcluster, g)
-                    stubs[g] = s
-                    sent[g] = offset
-                    r = commit(s, g, offset)
-                except (grpc.RpcError, AssertionError):
-                    stubs.pop(g, None)
-                    continue
-                if r.error_code == ErrorCode.NONE:
-                    acked[g] = offset
-                    if after_kill.is_set():
-                        acks_after_kill.append(g)
-                else:
-                    stubs.pop(g, None)
-
-    t = threading.Thread(target=committer, name="committer", daemon=True)
-    t.start()
+    committer = Committer(gcluster, keys)
+    committer.start()
     try:
-        wait_for(lambda: len(acked) == len(keys), timeout=30, what="a commit of every key")
-        gcluster.kill_coordinator(vid)
-        after_kill.set()
         wait_for(
-            lambda: set(acks_after_kill) >= set(keys),
+            lambda: len(committer.acked) == len(keys), timeout=30, what="a commit of every key"
+        )
+        gcluster.kill_coordinator(vid)
+        committer.after_kill.set()
+        wait_for(
+            lambda: committer.acks_after_kill >= set(keys),
             timeout=45,
             what="commits of every key acknowledged after the kill",
         )
     finally:
-        stop.set()
-        t.join(timeout=60)
-    assert not t.is_alive()
+        committer.stop()
     assert all(a is not None and a.coordinator.broker_id != vid
                for a in (find(gcluster, g) for g in keys))  # fmt: skip
-    mismatches = []
-    for g in keys:
-        got = fetched(owner(gcluster, g), g)
-        values = {(o.topic, o.partition): o.offset for o in got.offsets}
-        if got.error_code != ErrorCode.NONE or not acked[g] <= values.get(("t", 0), -1) <= sent[g]:
-            mismatches.append((g, values, acked[g]))
+    mismatches = committer.mismatches()
     assert mismatches == [], f"{len(mismatches)} of {len(keys)} mismatched"
     gcluster.restart_coordinator(vid)
