@@ -15,8 +15,11 @@ NOT_COORDINATOR); the owners key stays, the next owner bumps the epoch.
 
 :class:`Ownership` runs as one task (``coordinator-ownership``) that owns ``runtimes`` (read
 by the servicer on the same loop); a helper task watches the ids prefix and wakes it; it also
-re-checks every second (a runtime that gave its partition up after fencing or a failed append
-is retaken with a new epoch while the partition still maps here).
+re-checks every second: a runtime that gave its partition up after fencing or a failed append
+is retaken with a new epoch while the partition still maps here, and a runtime whose
+(coordinator id, epoch) is no longer what the owners key records is released and retaken (two
+coordinators can take a partition within milliseconds during start-up; the one with the lower
+epoch must not keep serving when the other released it before its marker landed).
 """
 
 from __future__ import annotations
@@ -152,11 +155,33 @@ class Ownership:
 
     async def _reconcile(self) -> None:
         mine = assigned(await live_ids(self.etcd), self.coordinator_id, self.partitions)
+        recorded = await self._recorded_owners() if self._tasks else {}
         for p, task in list(self._tasks.items()):
-            if p not in mine or task.done():
+            superseded = recorded.get(p) != (self.coordinator_id, self.runtimes[p].epoch)
+            if p not in mine or task.done() or superseded:
+                if superseded and p in mine and not task.done():
+                    log.warning(
+                        "partition %d: owners key is %s, not ours at epoch %d; retaking",
+                        p, recorded.get(p), self.runtimes[p].epoch,
+                    )  # fmt: skip
                 await self._release(p)
         for p in sorted(mine - set(self._tasks)):
             await self._take(p)
+
+    async def _recorded_owners(self) -> dict[int, tuple[int, int]]:
+        """``{partition: (coordinator_id, epoch)}`` as etcd records it now. A runtime whose
+        pair is not there was superseded (another coordinator bumped the epoch, perhaps
+        without ever writing its marker): it must not go on serving."""
+        snap = await self.etcd.get_prefix(OWNERS_PREFIX)
+        out: dict[int, tuple[int, int]] = {}
+        for kv in snap.items:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                value = json.loads(kv.value)
+                out[int(kv.key[len(OWNERS_PREFIX) :])] = (
+                    int(value["coordinator_id"]),
+                    int(value["epoch"]),
+                )
+        return out
 
     async def _take(self, p: int) -> None:
         key = f"{OWNERS_PREFIX}{p}"

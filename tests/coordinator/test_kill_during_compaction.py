@@ -49,9 +49,13 @@ def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
 
 
 def first_dirty(data_dir: Path, partition: int) -> int:
-    """The cleaner checkpoint of one offsets partition (0 while it was never cleaned)."""
+    """The cleaner checkpoint of one offsets partition (0 while it was never cleaned).
+
+    Globs the fixed layout ``broker-*/log-*/<topic>-<p>/`` rather than ``rglob``: a recursive
+    walk can descend into the cleaner's ``.cleaned-*`` staging directory just as it is
+    swapped away."""
     best = 0
-    for cp in data_dir.rglob(f"{OFFSETS}-{partition}/cleaner.checkpoint"):
+    for cp in data_dir.glob(f"broker-*/log-*/{OFFSETS}-{partition}/cleaner.checkpoint"):
         try:
             best = max(best, int(json.loads(cp.read_text())["first_dirty_offset"]))
         except (OSError, ValueError, KeyError):
