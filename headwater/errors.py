@@ -351,6 +351,85 @@ class FencedInstanceIdError(HeadwaterError):
     grpc_status = grpc.StatusCode.FAILED_PRECONDITION
 
 
+# --------------------------------------------------------------- idempotence and transactions
+
+
+class OutOfOrderSequenceNumberError(HeadwaterError):
+    """A batch's sequence does not follow the last one the partition has from this producer:
+    records were lost between them. Fatal for the producer (never silently reset)."""
+
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class DuplicateSequenceNumberError(HeadwaterError):
+    code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+    grpc_status = grpc.StatusCode.ALREADY_EXISTS
+
+
+class InvalidProducerEpochError(HeadwaterError):
+    """The producer epoch is older than the one the partition or coordinator knows."""
+
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ProducerFencedError(HeadwaterError):
+    """A newer producer with the same transactional.id (higher epoch) exists: this one is a
+    zombie and must stop. Fatal."""
+
+    code = ErrorCode.PRODUCER_FENCED
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InvalidTxnStateError(HeadwaterError):
+    code = ErrorCode.INVALID_TXN_STATE
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InvalidProducerIdMappingError(HeadwaterError):
+    """The producer id is not the one the coordinator has for this transactional.id."""
+
+    code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InvalidTransactionTimeoutError(HeadwaterError):
+    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class ConcurrentTransactionsError(HeadwaterError):
+    """The previous transaction of this transactional.id is still completing; retry."""
+
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+    retriable = True
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+
+class TransactionCoordinatorFencedError(HeadwaterError):
+    """A transaction marker or request came from a coordinator epoch older than known."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class UnknownProducerIdError(HeadwaterError):
+    """The partition has no state for this producer id and the batch does not start at
+    sequence 0 (its state was removed with the log it described)."""
+
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class UnstableOffsetCommitError(HeadwaterError):
+    """A transactional offset commit for the partition is pending; retry after it ends."""
+
+    code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    retriable = True
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+
 _BY_CODE: dict[int, type[HeadwaterError]] = {
     cls.code: cls
     for cls in list(globals().values())

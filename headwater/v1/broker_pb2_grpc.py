@@ -5,6 +5,7 @@ import warnings
 
 from headwater.v1 import broker_pb2 as headwater_dot_v1_dot_broker__pb2
 from headwater.v1 import metadata_pb2 as headwater_dot_v1_dot_metadata__pb2
+from headwater.v1 import transaction_pb2 as headwater_dot_v1_dot_transaction__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -89,6 +90,16 @@ class BrokerStub:
                 '/headwater.v1.Broker/StopReplica',
                 request_serializer=headwater_dot_v1_dot_broker__pb2.StopReplicaRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_broker__pb2.StopReplicaResponse.FromString,
+                _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/headwater.v1.Broker/InitProducerId',
+                request_serializer=headwater_dot_v1_dot_transaction__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_transaction__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/headwater.v1.Broker/WriteTxnMarkers',
+                request_serializer=headwater_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
 
 
@@ -177,6 +188,23 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """Idempotence and transactions (docs/transactions.md).
+        A producer id and epoch for an idempotent (non-transactional) producer; a request with a
+        transactional_id is refused with NOT_COORDINATOR (ask the transaction coordinator).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteTxnMarkers(self, request, context):
+        """From a transaction coordinator: append a commit/abort control batch to partitions this
+        broker leads, each answered once the marker is committed (acks=all).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +262,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.StopReplica,
                     request_deserializer=headwater_dot_v1_dot_broker__pb2.StopReplicaRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_broker__pb2.StopReplicaResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=headwater_dot_v1_dot_transaction__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_transaction__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=headwater_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -533,6 +571,60 @@ class Broker:
             '/headwater.v1.Broker/StopReplica',
             headwater_dot_v1_dot_broker__pb2.StopReplicaRequest.SerializeToString,
             headwater_dot_v1_dot_broker__pb2.StopReplicaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Broker/InitProducerId',
+            headwater_dot_v1_dot_transaction__pb2.InitProducerIdRequest.SerializeToString,
+            headwater_dot_v1_dot_transaction__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Broker/WriteTxnMarkers',
+            headwater_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+            headwater_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

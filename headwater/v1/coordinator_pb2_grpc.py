@@ -84,6 +84,16 @@ class GroupCoordinatorStub:
                 request_serializer=headwater_dot_v1_dot_coordinator__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_coordinator__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/headwater.v1.GroupCoordinator/TxnOffsetCommit',
+                request_serializer=headwater_dot_v1_dot_coordinator__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.WriteTxnOffsetMarker = channel.unary_unary(
+                '/headwater.v1.GroupCoordinator/WriteTxnOffsetMarker',
+                request_serializer=headwater_dot_v1_dot_coordinator__pb2.WriteTxnOffsetMarkerRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_coordinator__pb2.WriteTxnOffsetMarkerResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServicer:
@@ -150,6 +160,22 @@ class GroupCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TxnOffsetCommit(self, request, context):
+        """Transactions (docs/transactions.md): offsets committed inside a transaction stay pending
+        (invisible to OffsetFetch, which answers UNSTABLE_OFFSET_COMMIT for them when
+        require_stable) until the transaction coordinator writes the outcome with
+        WriteTxnOffsetMarker: commit makes them the group's committed offsets, abort drops them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteTxnOffsetMarker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +228,16 @@ def add_GroupCoordinatorServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=headwater_dot_v1_dot_coordinator__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_coordinator__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=headwater_dot_v1_dot_coordinator__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'WriteTxnOffsetMarker': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnOffsetMarker,
+                    request_deserializer=headwater_dot_v1_dot_coordinator__pb2.WriteTxnOffsetMarkerRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_coordinator__pb2.WriteTxnOffsetMarkerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -474,6 +510,60 @@ class GroupCoordinator:
             '/headwater.v1.GroupCoordinator/DeleteGroups',
             headwater_dot_v1_dot_coordinator__pb2.DeleteGroupsRequest.SerializeToString,
             headwater_dot_v1_dot_coordinator__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.GroupCoordinator/TxnOffsetCommit',
+            headwater_dot_v1_dot_coordinator__pb2.TxnOffsetCommitRequest.SerializeToString,
+            headwater_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnOffsetMarker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.GroupCoordinator/WriteTxnOffsetMarker',
+            headwater_dot_v1_dot_coordinator__pb2.WriteTxnOffsetMarkerRequest.SerializeToString,
+            headwater_dot_v1_dot_coordinator__pb2.WriteTxnOffsetMarkerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -76,6 +76,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ELIGIBLE_LEADERS_NOT_AVAILABLE: _ClassVar[ErrorCode]
     ELECTION_NOT_NEEDED: _ClassVar[ErrorCode]
     NO_REASSIGNMENT_IN_PROGRESS: _ClassVar[ErrorCode]
+    UNSTABLE_OFFSET_COMMIT: _ClassVar[ErrorCode]
     THROTTLING_QUOTA_EXCEEDED: _ClassVar[ErrorCode]
     PRODUCER_FENCED: _ClassVar[ErrorCode]
 NONE: ErrorCode
@@ -148,5 +149,6 @@ FENCED_INSTANCE_ID: ErrorCode
 ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode
 ELECTION_NOT_NEEDED: ErrorCode
 NO_REASSIGNMENT_IN_PROGRESS: ErrorCode
+UNSTABLE_OFFSET_COMMIT: ErrorCode
 THROTTLING_QUOTA_EXCEEDED: ErrorCode
 PRODUCER_FENCED: ErrorCode
