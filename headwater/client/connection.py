@@ -7,6 +7,8 @@ options of :func:`headwater.rpc.server.channel_options` (64 MiB messages, keepal
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 
 from headwater.errors import InvalidConfigError
@@ -36,7 +38,16 @@ def parse_bootstrap(bootstrap: str | list[str] | tuple[str, ...]) -> list[str]:
 class ConnectionPool:
     """Channels and stubs by address. Owned by one event loop; ``close`` ends them all."""
 
-    def __init__(self, max_message_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        max_message_bytes: int | None = None,
+        *,
+        address_resolver: Callable[[str], str] | None = None,
+    ) -> None:
+        #: Maps an address (bootstrap or advertised ``host:port``) to the one to dial: for
+        #: port-forwards and NAT, where brokers advertise addresses the client cannot reach,
+        #: and for fault tests that route client links through proxies. Identity by default.
+        self._resolve = address_resolver or (lambda address: address)
         self._options = (
             channel_options() if max_message_bytes is None else channel_options(max_message_bytes)
         )
@@ -49,7 +60,7 @@ class ConnectionPool:
     def channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
         if ch is None:
-            ch = grpc.aio.insecure_channel(address, options=self._options)
+            ch = grpc.aio.insecure_channel(self._resolve(address), options=self._options)
             self._channels[address] = ch
         return ch
 
