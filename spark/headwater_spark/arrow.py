@@ -1,0 +1,98 @@
+"""Headwater record batches -> Arrow record batches in the schema of Spark's Kafka source.
+
+Spark's schema (``includeHeaders`` adds the last column)::
+
+    key binary, value binary, topic string, partition int, offset long,
+    timestamp timestamp, timestampType int, headers array<struct<key string, value binary>>
+
+Conversion is per batch, never per record: key/value/headers are the Arrow views
+:meth:`headwater.batch.RecordBatch.to_arrow` builds over the fetched bytes; the timestamp is one
+vectorised cast (ms -> Spark's us, UTC); topic, partition and timestampType are constant columns
+built from repeated buffers. The row path (:func:`to_rows`) exists for comparison
+(``arrowBatches=false``, bench/spark_read.py) and does Python work per record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from headwater.client.fetched import FetchedBatch
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+HEADER_ENTRY = pa.struct([("key", pa.string()), ("value", pa.binary())])
+HEADERS = pa.list_(pa.field("element", HEADER_ENTRY))
+
+SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
+
+NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+
+
+def schema_ddl(include_headers: bool) -> str:
+    return SCHEMA_DDL + (HEADERS_DDL if include_headers else "")
+
+
+def _constant_string(s: str, n: int) -> pa.Array:
+    raw = s.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)]
+    )
+
+
+def to_spark_batch(fb: FetchedBatch, include_headers: bool) -> pa.RecordBatch:
+    """One Spark-schema Arrow batch for the records of ``fb`` (no per-record Python)."""
+    rb = fb.to_arrow()
+    n = rb.num_rows
+    cols = [
+        rb.column(2),  # key
+        rb.column(3),  # value
+        _constant_string(fb.tp.topic, n),
+        pa.array(np.full(n, fb.tp.partition, dtype=np.int32)),
+        rb.column(0),  # offset
+        rb.column(1).cast(TIMESTAMP),
+        pa.array(np.full(n, int(fb.batch.header.timestamp_type), dtype=np.int32)),
+    ]
+    names = list(NAMES)
+    if include_headers:
+        cols.append(rb.column(4).cast(HEADERS))
+        names.append("headers")
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """Batches of one poll as one Arrow batch (one copy per column; fewer, larger batches
+    cross to the JVM)."""
+    if len(batches) == 1:
+        return batches[0]
+    table = pa.Table.from_batches(batches).combine_chunks()
+    return table.to_batches()[0]
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def to_rows(fb: FetchedBatch, include_headers: bool) -> Iterator[tuple[Any, ...]]:
+    """The row path: one Python tuple per record (for comparison with the Arrow path)."""
+    ttype = int(fb.batch.header.timestamp_type)
+    for r in fb.records():
+        row: tuple[Any, ...] = (
+            r.key,
+            r.value,
+            r.topic,
+            r.partition,
+            r.offset,
+            _EPOCH + dt.timedelta(milliseconds=r.timestamp),
+            ttype,
+        )
+        if include_headers:
+            row = (*row, [(k, v) for k, v in r.headers])
+        yield row

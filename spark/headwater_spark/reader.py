@@ -1,0 +1,102 @@
+"""Executor side: read one :class:`~headwater_spark.planning.OffsetRange` through the
+client's fetch stream and yield Spark rows as Arrow batches.
+
+Runs in a Spark Python worker; imports only the client library (``headwater.client``,
+``headwater.batch``), never ``services``. Each call owns a private asyncio loop and one
+:class:`headwater.client.AsyncConsumer` (manual assignment, ``auto_offset_reset="none"``),
+both closed when the generator finishes or is closed.
+
+Contract: exactly the records of the range's partition with ``start <= offset < end`` are
+yielded, in offset order. Offsets below the log start (deleted by retention) are data loss:
+with ``failOnDataLoss`` a :class:`DataLossError` is raised, otherwise a warning is logged and
+reading continues at the log start. Offsets that never arrive within ``pollTimeoutMs`` are
+treated the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from headwater.client import AsyncConsumer, FetchedBatch
+from headwater.client.fetched import first_index_at
+from headwater.errors import OffsetOutOfRangeError
+from headwater_spark import arrow
+from headwater_spark.options import ExecutorConfig
+from headwater_spark.planning import OffsetRange
+from headwater_spark.resolver import DataLossError
+
+log = logging.getLogger(__name__)
+
+POLL_SLICE_MS = 1_000
+
+
+def _clip(fb: FetchedBatch, end: int) -> FetchedBatch | None:
+    stop = min(fb.stop, first_index_at(fb.batch, end))
+    if stop <= fb.start:
+        return None
+    return fb if stop == fb.stop else FetchedBatch(fb.tp, fb.batch, fb.start, stop)
+
+
+def read_range(cfg: ExecutorConfig, r: OffsetRange) -> Iterator[Any]:
+    """Yield the range's records: Arrow batches (``arrow_batches``) or row tuples."""
+    if r.end <= r.start:
+        return
+    loop = asyncio.new_event_loop()
+    consumer = AsyncConsumer(
+        cfg.bootstrap,
+        auto_offset_reset="none",
+        max_partition_fetch_bytes=cfg.fetch_max_bytes,
+        max_buffer_bytes=4 * cfg.fetch_max_bytes,
+        fetch_max_wait_ms=200,
+        client_id="headwater-spark",
+    )
+    tp = r.tp
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, r.start)
+        pos = r.start
+        deadline = time.monotonic() + cfg.poll_timeout_ms / 1000
+        while pos < r.end:
+            try:
+                fetched = loop.run_until_complete(consumer.poll_batches(timeout_ms=POLL_SLICE_MS))
+            except OffsetOutOfRangeError:
+                log_start = loop.run_until_complete(consumer.beginning_offsets([tp]))[tp]
+                if pos >= log_start:
+                    raise
+                _lost(cfg, r, f"offsets {pos}..{log_start - 1} were deleted before being read")
+                if log_start >= r.end:
+                    return
+                pos = log_start
+                consumer.seek(tp, pos)
+                continue
+            pieces = [c for c in (_clip(fb, r.end) for fb in fetched) if c is not None]
+            pos = loop.run_until_complete(consumer.position(tp))
+            if pieces:
+                deadline = time.monotonic() + cfg.poll_timeout_ms / 1000
+                if cfg.arrow_batches:
+                    yield arrow.concat(
+                        [arrow.to_spark_batch(p, cfg.include_headers) for p in pieces]
+                    )
+                else:
+                    for p in pieces:
+                        yield from arrow.to_rows(p, cfg.include_headers)
+            elif time.monotonic() > deadline:
+                _lost(cfg, r, f"offsets {pos}..{r.end - 1} did not arrive within pollTimeoutMs")
+                return
+    finally:
+        loop.run_until_complete(consumer.close())
+        loop.close()
+
+
+def _lost(cfg: ExecutorConfig, r: OffsetRange, what: str) -> None:
+    msg = (
+        f"{r.topic}[{r.partition}] range {r.start}..{r.end - 1}: {what} (data loss). "
+        "Set failOnDataLoss=false to skip them."
+    )
+    if cfg.fail_on_data_loss:
+        raise DataLossError(msg)
+    log.warning("%s; skipping (failOnDataLoss=false)", msg)

@@ -1,0 +1,93 @@
+"""The ``headwater`` data source: schema, batch reader, and the entry points to the stream
+reader and writers (see docs/spark.md).
+
+Driver/executor split: ``partitions()`` runs on the driver and talks to the cluster through a
+short-lived :class:`~headwater_spark.resolver.Resolver`; ``read()`` runs on executors with
+only the picklable :class:`HeadwaterPartition` (an offset range plus the executor config).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.types import StructType
+
+from headwater_spark import arrow
+from headwater_spark.options import ExecutorConfig, parse_source_options
+from headwater_spark.planning import OffsetRange, ranges_between, split_ranges
+from headwater_spark.reader import read_range
+from headwater_spark.resolver import Resolver
+
+
+class HeadwaterPartition(InputPartition):
+    """One Spark task: one offset range of one topic partition."""
+
+    def __init__(self, rng: OffsetRange, cfg: ExecutorConfig) -> None:
+        super().__init__(rng)
+        self.rng = rng
+        self.cfg = cfg
+
+
+class HeadwaterBatchReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.opts = parse_source_options(options, streaming=False)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        resolver = Resolver(self.opts)
+        try:
+            tps = resolver.partitions()
+            start = resolver.starting(tps)
+            end = resolver.ending(tps)
+            start = resolver.check_loss(start, "batch read")
+        finally:
+            resolver.close()
+        ranges = split_ranges(
+            ranges_between(start, {tp: end[tp] for tp in start}),
+            min_partitions=self.opts.min_partitions,
+            max_records=self.opts.max_records_per_partition,
+        )
+        cfg = self.opts.executor_config()
+        return [HeadwaterPartition(r, cfg) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, HeadwaterPartition)
+        return read_range(partition.cfg, partition.rng)
+
+
+class HeadwaterDataSource(DataSource):
+    """``spark.read/readStream/write/writeStream.format("headwater")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "headwater"
+
+    def schema(self) -> str:
+        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return arrow.schema_ddl(include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return HeadwaterBatchReader(dict(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from headwater_spark.stream import HeadwaterStreamReader
+
+        return HeadwaterStreamReader(dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from headwater_spark.sink import HeadwaterWriter
+
+        return HeadwaterWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from headwater_spark.sink import HeadwaterStreamWriter
+
+        return HeadwaterStreamWriter(dict(self.options), schema)
