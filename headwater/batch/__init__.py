@@ -2,7 +2,8 @@
 producers, brokers, followers and consumers.
 
 Public names are re-exported here; modules: ``layout`` (header), ``columns`` (records
-section), ``compression`` (codecs), ``codec`` (encode, validate, decode).
+section), ``compression`` (codecs), ``codec`` (encode, validate, decode), ``control``
+(transaction markers).
 """
 
 from headwater.batch.codec import (
@@ -18,6 +19,13 @@ from headwater.batch.codec import (
     validate_batches,
     verify_crc,
 )
+from headwater.batch.control import (
+    ControlRecord,
+    encode_control_batch,
+    is_control,
+    is_transactional,
+    parse_control_batch,
+)
 from headwater.batch.layout import (
     HEADER_SIZE,
     BatchHeader,
@@ -30,14 +38,19 @@ __all__ = [
     "HEADER_SIZE",
     "BatchHeader",
     "Compression",
+    "ControlRecord",
     "Record",
     "RecordBatch",
     "TimestampType",
     "compute_crc",
     "decode_batches",
     "encode_batch",
+    "encode_control_batch",
+    "is_control",
+    "is_transactional",
     "iter_headers",
     "now_ms",
+    "parse_control_batch",
     "parse_header",
     "patch_header",
     "set_log_append_time",

@@ -42,7 +42,12 @@ from headwater.batch.layout import (
     TimestampType,
     parse_header,
 )
-from headwater.errors import CorruptRecordError, InvalidTimestampError, MessageTooLargeError
+from headwater.errors import (
+    CorruptRecordError,
+    InvalidRequestError,
+    InvalidTimestampError,
+    MessageTooLargeError,
+)
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -196,7 +201,11 @@ def validate_batches(
 ) -> list[tuple[int, BatchHeader]]:
     """Broker-side produce validation: every header, size limit and CRC, nothing decoded.
 
-    Returns the batches' positions and headers. Raises before the caller appends anything.
+    Producer fields: a batch with ``producer_id >= 0`` (idempotent) must carry
+    ``base_sequence >= 0`` and ``producer_epoch >= 0``; a batch with the control bit set is
+    never accepted from a client (only the leader writes markers). Both are
+    InvalidRequestError. Returns the batches' positions and headers. Raises before the
+    caller appends anything.
     """
     if len(buf) == 0:
         raise CorruptRecordError("no record batch in request")
@@ -209,6 +218,13 @@ def validate_batches(
         if h.base_offset != 0 and h.producer_id < 0:
             # producers always send base offset 0; anything else is a malformed client
             raise CorruptRecordError(f"produced batch has base_offset {h.base_offset}, expected 0")
+        if h.attributes & ATTR_CONTROL:
+            raise InvalidRequestError("clients cannot produce control batches")
+        if h.producer_id >= 0 and (h.base_sequence < 0 or h.producer_epoch < 0):
+            raise InvalidRequestError(
+                f"idempotent batch of producer {h.producer_id} has sequence "
+                f"{h.base_sequence} / epoch {h.producer_epoch} (both must be >= 0)"
+            )
         verify_crc(buf, pos, h)
         found.append((pos, h))
     return found

@@ -4,6 +4,8 @@ Layout of the directory::
 
     00000000000000000000.log / .index / .timeindex   one segment per base offset
     00000000000000052311.log / .index / .timeindex   (the last one is the active segment)
+    00000000000000052311.txnindex                   aborted transactions (``txn_index.py``)
+    00000000000000052311.snapshot                   producer state (``producer_snapshot.py``)
     partition.checkpoint                            log start offset, recovery point
     cleaner.checkpoint                              compacted topics: first uncleaned offset
     .cleaned-<base>-<end>/, .swap-<base>-<end>/     compaction staging (``swap.py``)
@@ -33,6 +35,14 @@ Concurrency contract:
   under the lock, in one snapshot change: readers holding the old segments keep reading
   their unlinked files. The cleaner itself reads the sealed segments without the lock.
 * ``close`` closes descriptors at once: stop readers first.
+
+Producer state (docs/transactions.md): the log owns the partition's
+:class:`~services.broker.storage.producer_state.ProducerStateManager`. ``append`` checks
+idempotent/transactional batches against it before writing and drops duplicates;
+``append_as_follower`` applies every batch unchecked; ``append_control`` writes markers.
+Snapshots are written at each roll and at clean close; open and truncation rebuild the
+state and the aborted-transaction indexes (``producer_recovery.py``).
+``first_unstable_offset`` and ``aborted_transactions`` may be called from any thread.
 """
 
 from __future__ import annotations
@@ -44,20 +54,33 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from headwater.batch.codec import now_ms, verify_crc
-from headwater.batch.layout import BatchHeader
+from headwater.batch.control import encode_control_batch
+from headwater.batch.layout import ATTR_CONTROL, BatchHeader, parse_header
 from headwater.config import TopicConfig
 from headwater.errors import (
+    InvalidRequestError,
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
-from services.broker.storage import appending, checkpoint, recovery, swap
+from services.broker.storage import (
+    appending,
+    checkpoint,
+    producer_recovery,
+    producer_snapshot,
+    recovery,
+    swap,
+    txn_index,
+)
 from services.broker.storage.leader_epoch import LeaderEpochCache
+from services.broker.storage.producer_state import ProducerEntry, ProducerStateManager
 from services.broker.storage.results import AppendInfo, FetchSlice, Snapshot, read_batches
 from services.broker.storage.segment import LogSegment, TimestampMatch
 
 Clock = Callable[[], int]
 Buffer = bytes | bytearray | memoryview
+# append modes
+_LEADER, _FOLLOWER, _CONTROL = 0, 1, 2
 
 
 class Log:
@@ -86,6 +109,11 @@ class Log:
         self._snap: Snapshot
         #: (epoch, start offset) history; changed only under ``_lock`` (leader_epoch.py).
         self.epochs: LeaderEpochCache
+        #: Producer state as of the log end; changed only under ``_lock``.
+        self._producers = ProducerStateManager()
+        #: Snapshot offset the last rebuild started from (None: none) and batches replayed.
+        self.producer_snapshot_offset: int | None = None
+        self.producer_replayed_batches = 0
         self._load()
 
     # -- loading ------------------------------------------------------------------------
@@ -106,7 +134,8 @@ class Log:
         bases = sorted(
             int(p.stem) for p in self.dir.glob("*.log") if len(p.stem) == 20 and p.stem.isdigit()
         )
-        for stray in [*self.dir.glob("*.index"), *self.dir.glob("*.timeindex")]:
+        strays = [*self.dir.glob("*.index"), *self.dir.glob("*.timeindex")]
+        for stray in [*strays, *self.dir.glob(f"*{txn_index.SUFFIX}")]:
             if not stray.stem.isdigit() or int(stray.stem) not in bases:
                 stray.unlink()
         recovery_point = cp.recovery_point if cp else 0
@@ -131,6 +160,24 @@ class Log:
         self.epochs = recovery.load_epoch_cache(
             self.dir, segs, log_start=self._log_start, log_end=self._leo
         )
+        self._rebuild_producer_state()
+
+    def _rebuild_producer_state(self) -> None:
+        """State as of the log end from the newest snapshot <= it plus a header replay."""
+        try:
+            done = producer_recovery.rebuild(self.dir, self._segments, self._leo)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot rebuild producer state in {self.dir}: {exc}") from exc
+        self._producers = done.state
+        self.producer_snapshot_offset = done.snapshot_offset
+        self.producer_replayed_batches = done.replayed_batches
+
+    def _write_producer_snapshot(self, *, sync: bool) -> None:
+        entries = list(self._producers.entries.values())
+        try:
+            producer_snapshot.write(self.dir, self._leo, entries, sync=sync)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write producer snapshot in {self.dir}: {exc}") from exc
 
     # -- snapshot -----------------------------------------------------------------------
 
@@ -164,10 +211,17 @@ class Log:
         with ``log_append_time`` (default: the clock). Rolls first when the active segment
         is full by size, age or index. The first batch of a new ``leader_epoch`` adds an
         epoch-cache entry. Raises InvalidRequestError (nothing written) when ``batches`` is
-        empty or does not lie inside ``buf``; KafkaStorageError on I/O errors (nothing
-        written).
+        empty, does not lie inside ``buf`` or holds a control batch; KafkaStorageError on
+        I/O errors (nothing written).
+
+        Batches with ``producer_id >= 0`` are first checked in order against the producer
+        state (docs/transactions.md rules 1-5): InvalidProducerEpochError,
+        OutOfOrderSequenceNumberError, UnknownProducerIdError or InvalidTxnStateError,
+        nothing written. Duplicates are not written: when every batch is one, the result
+        carries their original offsets and ``duplicate=True``; otherwise only the new
+        batches are written.
         """
-        return self._append(buf, batches, leader_epoch, log_append_time)
+        return self._append(buf, batches, leader_epoch, log_append_time, _LEADER)
 
     def append_as_follower(
         self, buf: Buffer, batches: Sequence[tuple[int, BatchHeader]]
@@ -177,12 +231,43 @@ class Log:
         The first batch must start at the log end offset and each next one where the
         previous ended (else InvalidRequestError, nothing written); CRCs are verified
         (CorruptRecordError). A batch whose leader epoch is newer than the cache's latest
-        adds an epoch-cache entry, so the follower's history matches the leader's.
+        adds an epoch-cache entry, so the follower's history matches the leader's. Every
+        batch (data or marker) is applied to the producer state without validation.
         """
         view = memoryview(buf).cast("B")
         for pos, h in batches:
             verify_crc(view, pos, h)
-        return self._append(buf, batches, None, None)
+        return self._append(buf, batches, None, None, _FOLLOWER)
+
+    def append_control(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        coordinator_epoch: int,
+        leader_epoch: int,
+    ) -> AppendInfo:
+        """Write a COMMIT / ABORT marker for ``producer_id`` as leader (docs/transactions.md
+        "Control batches"), stamped with the log's clock.
+
+        Raises InvalidProducerEpochError when ``producer_epoch`` is below the producer's,
+        TransactionCoordinatorFencedError when ``coordinator_epoch`` is below the last
+        marker's (nothing written). The producer then moves to ``producer_epoch`` with an
+        empty sequence cache and no open transaction; an ABORT closing one adds a
+        txnindex entry. A marker for a producer with nothing open is written and harmless.
+        """
+        with self._lock:
+            self._check_open()
+            self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            buf = encode_control_batch(
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                committed=committed,
+                coordinator_epoch=coordinator_epoch,
+                timestamp_ms=self._clock(),
+            )
+            return self._append(buf, [(0, parse_header(buf))], leader_epoch, None, _CONTROL)
 
     def _append(
         self,
@@ -190,14 +275,23 @@ class Log:
         batches: Sequence[tuple[int, BatchHeader]],
         leader_epoch: int | None,
         log_append_time: int | None,
+        mode: int,
     ) -> AppendInfo:
-        """Leader mode (``leader_epoch`` set): patch offsets/epoch; follower mode (None):
-        write the bytes as they are after checking the offsets continue the log."""
+        """Leader and control modes (``leader_epoch`` set): patch offsets/epoch; follower
+        mode (None): write the bytes as they are after checking the offsets continue the
+        log. Then every batch with a producer id updates the producer state."""
         view = memoryview(buf).cast("B")
         total, offsets = appending.measure(view, batches)
         follower = leader_epoch is None
         with self._lock:
             self._check_open()
+            if mode == _LEADER:
+                checked = self._check_producers(batches)
+                if isinstance(checked, AppendInfo):
+                    return checked
+                if checked is not batches:
+                    batches = checked
+                    total, offsets = appending.measure(view, batches)
             now = self._clock()
             stamp = not follower and self.config.message_timestamp_type == "LogAppendTime"
             append_time = (log_append_time if log_append_time is not None else now) if stamp else -1
@@ -219,6 +313,13 @@ class Log:
             self._unflushed_records += w.records
             if self._first_unflushed_ms is None:
                 self._first_unflushed_ms = now
+            for (pos, h), meta in zip(batches, w.metas, strict=True):
+                if h.producer_id >= 0:
+                    aborted = producer_recovery.apply_batch(
+                        self._producers, view, pos, h, meta.base_offset
+                    )
+                    if aborted is not None:
+                        seg.txn_index.append(aborted)
             self._publish()
             for epoch, start in w.new_epochs:
                 self.epochs.assign(epoch, start)
@@ -234,6 +335,35 @@ class Log:
                 w.records,
                 total,
             )
+
+    def _check_producers(
+        self, batches: Sequence[tuple[int, BatchHeader]]
+    ) -> Sequence[tuple[int, BatchHeader]] | AppendInfo:
+        """Leader check of a produce (``append`` doc): the batches to write, or the answer
+        for a call made only of duplicates."""
+        if not any(h.producer_id >= 0 or h.attributes & ATTR_CONTROL for _, h in batches):
+            return batches
+        if any(h.attributes & ATTR_CONTROL for _, h in batches):
+            raise InvalidRequestError("a produced batch cannot be a control batch")
+        dups = self._producers.check(batches)
+        if not any(d is not None for d in dups):
+            return batches
+        new = [b for b, d in zip(batches, dups, strict=True) if d is None]
+        if new:
+            return new
+        found = [d for d in dups if d is not None]
+        top = max(found, key=lambda d: d.max_timestamp)
+        return AppendInfo(
+            min(d.first_offset for d in found),
+            max(d.last_offset for d in found),
+            top.max_timestamp,
+            top.first_offset,
+            -1,
+            self._log_start,
+            0,
+            0,
+            duplicate=True,
+        )
 
     def _maybe_roll(self, nbytes: int, last_offset: int, now: int) -> LogSegment:
         seg = self._segments[-1]
@@ -252,7 +382,8 @@ class Log:
         return seg
 
     def roll(self) -> LogSegment:
-        """Seal the active segment and start a new one at the log end offset."""
+        """Seal the active segment and start a new one at the log end offset; writes the
+        producer-state snapshot for that offset."""
         with self._lock:
             self._check_open()
             old = self._segments[-1]
@@ -263,6 +394,7 @@ class Log:
             seg = self._new_segment(self._leo)
             self._segments.append(seg)
             self._publish(structure_changed=True)
+            self._write_producer_snapshot(sync=False)
             return seg
 
     # -- reading (any thread, no lock) --------------------------------------------------
@@ -334,6 +466,39 @@ class Log:
     def segment_base_offsets(self) -> list[int]:
         return list(self._snap.bases)
 
+    # -- producer state and transactions ------------------------------------------------
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """Smallest first offset of an open transaction; None when none is open (any
+        thread)."""
+        return self._producers.first_unstable_offset
+
+    def producer_entry(self, producer_id: int) -> ProducerEntry | None:
+        """A copy of the partition's state for ``producer_id``, or None."""
+        with self._lock:
+            return self._producers.entry(producer_id)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        """(producer_id, first_offset) of every aborted transaction with first_offset <=
+        ``end_offset`` and last_offset (its ABORT marker) >= ``start_offset``, ascending by
+        first offset. Reads the txnindex of the segment holding ``start_offset`` and the
+        later ones through the read snapshot (no lock, any thread); stops at an entry
+        whose last stable offset is past ``end_offset`` (``txn_index`` doc)."""
+        snap = self._snap
+        i = max(0, bisect.bisect_right(snap.bases, start_offset) - 1)
+        found: list[tuple[int, int]] = []
+        for seg in snap.segments[i:]:
+            for e in seg.txn_index.entries():
+                if e.last_offset >= start_offset and e.first_offset <= end_offset:
+                    found.append((e.first_offset, e.producer_id))
+                if e.last_stable_offset > end_offset:
+                    break
+            else:
+                continue
+            break
+        return [(pid, first) for first, pid in sorted(found)]
+
     # -- leader epochs ------------------------------------------------------------------
 
     @property
@@ -394,6 +559,7 @@ class Log:
         for seg in gone:
             seg.delete()  # unlink; the fd closes when the last reader drops the segment
         self.epochs.truncate_from_start(self._log_start)
+        producer_snapshot.delete_below(self.dir, self._log_start)
         self._write_checkpoint()
 
     def truncate_to(self, offset: int) -> None:
@@ -421,6 +587,7 @@ class Log:
             self._leo = active.truncate_to_offset(offset)
             self.epochs.truncate_from_end(self._leo)
             self._after_truncation()
+            self._rebuild_producer_state()  # drops snapshots and txnindex entries above
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log empty at ``offset`` (a follower that
@@ -435,7 +602,9 @@ class Log:
             self._sealed_unflushed = []
             self._leo = self._log_start = offset
             self.epochs.clear()
+            producer_snapshot.delete_above(self.dir, -1)
             self._after_truncation()
+            self._rebuild_producer_state()
 
     def _after_truncation(self) -> None:
         self._size = sum(s.size for s in self._segments)
@@ -475,6 +644,8 @@ class Log:
             if not ok:
                 swap.discard(staged)
                 return False
+            aborted = [e for seg in old for e in seg.txn_index.entries()]
+            txn_index.write_merged(txn_index.path_for(staged, old[0].base_offset), aborted)
             done = swap.commit(staged, old[0].base_offset, end)
             for seg in old:
                 seg.delete()  # unlink; readers holding it keep the fd (segment module doc)
@@ -573,6 +744,7 @@ class Log:
             if mark_clean:
                 self.flush()
                 self._write_checkpoint()
+                self._write_producer_snapshot(sync=True)
             self._closed = True
             for seg in self._segments:
                 seg.close()

@@ -22,6 +22,9 @@ class AppendInfo:
     log_start_offset: int
     record_count: int
     size_bytes: int
+    #: Every batch of the call was a duplicate of one already in the log: nothing was
+    #: written and the offsets are the originals'.
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,9 @@
 """One log segment: ``<base>.log`` plus its ``<base>.index`` and ``<base>.timeindex``.
 
+It also owns ``<base>.txnindex``, its aborted-transaction index (``txn_index.py``), written
+by the log when an ABORT marker in this segment closes a transaction; it goes with the
+segment (``delete``).
+
 ``<base>`` is the segment's base offset as 20 decimal digits. The log file is record batches
 (``headwater.batch.layout``) back to back, exactly as served to consumers: nothing else is
 stored. Batch base offsets increase strictly and every batch lies wholly inside the file.
@@ -33,6 +37,7 @@ from headwater.errors import HeadwaterError, KafkaStorageError
 from services.broker.storage import fileio
 from services.broker.storage.offset_index import MAX_U32, OffsetIndex
 from services.broker.storage.time_index import NO_TIMESTAMP, TimeIndex
+from services.broker.storage.txn_index import TxnIndex
 
 #: Bytes read at once when walking batch headers (lookups, tail scans).
 SCAN_CHUNK = 16 * 1024
@@ -108,6 +113,7 @@ class LogSegment:
         ).exists()
         self.offset_index = OffsetIndex(directory / index_name, base_offset, max_index_bytes)
         self.time_index = TimeIndex(directory / time_name, base_offset, max_index_bytes)
+        self.txn_index = TxnIndex(directory, base_offset)
         #: Bytes of valid batches (the writer's view; readers use their snapshot's end).
         self.size = os.fstat(self.fd).st_size
         #: Offset after the last batch (exact for the active segment once loaded).
@@ -350,10 +356,14 @@ class LogSegment:
 
     def headers(self, end: int) -> Iterator[BatchHeader]:
         """Every batch header below position ``end``, in order (no CRC check)."""
-        reader = _HeaderReader(self.fd, end)
-        pos = 0
-        while (h := reader.header_at(pos)) is not None and pos + h.total_size <= end:
+        for _, h in self.headers_from(0, end):
             yield h
+
+    def headers_from(self, pos: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of every whole batch from ``pos`` to ``end`` (no CRC check)."""
+        reader = _HeaderReader(self.fd, end)
+        while (h := reader.header_at(pos)) is not None and pos + h.total_size <= end:
+            yield pos, h
             pos += h.total_size
 
     def find_timestamp(self, timestamp: int, min_offset: int, end: int) -> TimestampMatch | None:
@@ -394,6 +404,7 @@ class LogSegment:
             os.fsync(self.fd)
             self.offset_index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
 
@@ -403,10 +414,11 @@ class LogSegment:
         self._closer()
 
     def delete(self) -> None:
-        """Unlink all three files; the log fd stays open for readers until GC (module doc)."""
+        """Unlink every file; the log fd stays open for readers until GC (module doc)."""
         self.deleted = True
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self.log_path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:

@@ -1,9 +1,10 @@
 """Crash-safe replacement of sealed segments by their cleaned copy (log compaction).
 
 The cleaner writes the cleaned copy of the segments covering offsets ``[base, end)`` as an
-ordinary segment (``<base>.log`` / ``.index`` / ``.timeindex``) inside a staging directory
-of the partition directory, then swaps it in. The states, and what ``recover`` (called by
-``Log`` before it loads) does with each after a crash:
+ordinary segment (``<base>.log`` / ``.index`` / ``.timeindex``, plus ``<base>.txnindex``
+holding the aborted-transaction entries of every replaced segment when there are any)
+inside a staging directory of the partition directory, then swaps it in. The states, and
+what ``recover`` (called by ``Log`` before it loads) does with each after a crash:
 
 1. ``.cleaned-<base>-<end>/``: being written, not yet committed. Recovery deletes it: the
    original segments are untouched (roll back).
@@ -27,6 +28,7 @@ import re
 import shutil
 from pathlib import Path
 
+from services.broker.storage import txn_index
 from services.broker.storage.segment import file_names
 
 CLEANED_PREFIX = ".cleaned-"
@@ -72,7 +74,8 @@ def install(directory: Path, done: Path) -> None:
     m = _NAME.match(done.name)
     assert m is not None, done
     log_name, index_name, time_name = file_names(int(m.group(2)))
-    for name in (index_name, time_name, log_name):
+    txn_name = txn_index.path_for(directory, int(m.group(2))).name
+    for name in (index_name, time_name, txn_name, log_name):
         src = done / name
         if src.exists():
             os.replace(src, directory / name)
@@ -96,7 +99,8 @@ def recover(directory: Path) -> list[str]:
         if (stage / log_name).exists():
             for old in directory.glob("*.log"):
                 if old.stem.isdigit() and len(old.stem) == 20 and base <= int(old.stem) < end:
-                    for name in file_names(int(old.stem)):
+                    txn_name = txn_index.path_for(directory, int(old.stem)).name
+                    for name in (*file_names(int(old.stem)), txn_name):
                         with contextlib.suppress(FileNotFoundError):
                             (directory / name).unlink()
             install(directory, stage)
