@@ -27,7 +27,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from headwater.batch import Compression, encode_batch
 from headwater.client.errors import BufferExhaustedError, DeliveryTimeoutError
@@ -40,6 +40,23 @@ RECORD_OVERHEAD = 12
 BATCH_OVERHEAD = 128
 
 Header = tuple[str, bytes | None]
+
+
+class Producing(Protocol):
+    """What :meth:`Accumulator.drain` needs from an idempotent producer (the sender)."""
+
+    max_batches: int
+
+    @property
+    def fields(self) -> tuple[int, int, bool]:
+        """(producer_id, producer_epoch, transactional) for batch headers."""
+        ...
+
+    def may_send(self, tp: TopicPartition) -> bool: ...
+
+    def assign(self, tp: TopicPartition, count: int) -> int: ...
+
+    def expired_sequenced(self, batch: ProducerBatch, err: BaseException) -> None: ...
 
 
 class Group:
@@ -82,6 +99,7 @@ class ProducerBatch:
 
     __slots__ = (
         "attempts",
+        "base_seq",
         "count",
         "created",
         "done",
@@ -116,6 +134,7 @@ class ProducerBatch:
         self.attempts = 0
         self.retry_at = 0.0
         self.done = done
+        self.base_seq = -1  # idempotence: assigned at drain time, kept across retries
 
     def _add_timestamps(self, ts: int, n: int) -> None:
         if self.timestamps is None:
@@ -190,16 +209,27 @@ class ProducerBatch:
         self.reserved += nbytes
         self.waiters.append((i, n, target))
 
-    def encode(self, compression: Compression) -> bytes:
-        """The batch's bytes (encoded once; retries resend the same bytes)."""
+    def encode(
+        self, compression: Compression, producer: tuple[int, int, bool] | None = None
+    ) -> bytes:
+        """The batch's bytes (encoded once; retries resend the same bytes).
+
+        ``producer`` = (producer_id, epoch, transactional) for an idempotent producer, with
+        ``base_seq`` already assigned; the header carries them inside the CRC.
+        """
         if self.encoded is None:
             ts: Any = self.timestamps if self.timestamps is not None else self.ts_uniform
+            pid, epoch, txn = producer if producer is not None else (-1, -1, False)
             self.encoded = encode_batch(
                 self.values,
                 self.keys,
                 headers=self.headers,
                 timestamps=ts,
                 compression_type=compression,
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=self.base_seq if producer is not None else -1,
+                transactional=txn,
             )
             # the columns are no longer needed; keep what resolving futures reads
             self.values = []
@@ -238,6 +268,8 @@ class Accumulator:
         self._mem_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         #: called whenever something may have become ready (set by the sender)
         self.wakeup: Callable[[], None] = lambda: None
+        #: told of every failed batch (the transaction manager's abortable-error hook)
+        self.on_fail: Callable[[ProducerBatch, BaseException], None] | None = None
         self._wake_pending = False
 
     # ------------------------------------------------------------ memory
@@ -392,12 +424,20 @@ class Accumulator:
         can_send: Callable[[int], bool],
         muted: set[TopicPartition],
         max_request_size: int,
+        producer: Producing | None = None,
     ) -> tuple[dict[int, list[ProducerBatch]], float | None, bool]:
         """Take ready batches grouped by leader.
 
         Returns (batches by leader id, the clock time of the next linger/backoff deadline or
         None, whether some partition with data has no known leader). Expired batches
         (``delivery_timeout_ms``) are failed here. Batches are encoded on the way out.
+
+        ``producer`` (idempotent producers): a partition is taken only when
+        ``producer.may_send(tp)`` (e.g. it was added to the transaction), at most
+        ``producer.max_batches`` batches of it per drain, and each newly drained batch gets its
+        sequence from ``producer.assign(tp, count)`` and is encoded with ``producer.fields``.
+        An expired batch that already has a sequence is reported to
+        ``producer.expired_sequenced`` (its outcome is unknown).
         """
         now = self.clock()
         force = self.flushing > 0 or bool(self._mem_waiters)
@@ -409,13 +449,13 @@ class Accumulator:
         for tp, dq in self.queues.items():
             while dq and now - dq[0].created >= self.delivery_timeout:
                 b = dq.popleft()
-                self.fail(
-                    b,
-                    DeliveryTimeoutError(
-                        f"batch for {tp.topic}[{tp.partition}] not acknowledged within "
-                        f"{self.delivery_timeout * 1000:.0f} ms ({b.attempts} attempts)"
-                    ),
+                err = DeliveryTimeoutError(
+                    f"batch for {tp.topic}[{tp.partition}] not acknowledged within "
+                    f"{self.delivery_timeout * 1000:.0f} ms ({b.attempts} attempts)"
                 )
+                if producer is not None and b.base_seq >= 0:
+                    producer.expired_sequenced(b, err)
+                self.fail(b, err)
             if not dq:
                 empty.append(tp)
                 continue
@@ -436,9 +476,13 @@ class Accumulator:
                 continue
             if not can_send(leader):
                 continue
+            if producer is not None and not producer.may_send(tp):
+                continue
             taken = out.setdefault(leader, [])
             size = sizes.get(leader, 0)
-            while dq and (not taken or size + dq[0].nbytes <= max_request_size):
+            limit = producer.max_batches if producer is not None else 1 << 30
+            n = 0
+            while dq and n < limit and (not taken or size + dq[0].nbytes <= max_request_size):
                 b = dq[0]
                 if b.retry_at > now:
                     break
@@ -446,9 +490,15 @@ class Accumulator:
                     break  # the open tail keeps filling until it is due
                 if not b.sealed:
                     self.seal(b)
-                b.encode(self.compression)
+                if producer is None:
+                    b.encode(self.compression)
+                else:
+                    if b.base_seq < 0:
+                        b.base_seq = producer.assign(tp, b.count)
+                    b.encode(self.compression, producer.fields)
                 dq.popleft()
                 taken.append(b)
+                n += 1
                 size += len(b.encoded or b"")
             sizes[leader] = size
         for tp in empty:
@@ -457,13 +507,23 @@ class Accumulator:
         return {k: v for k, v in out.items() if v}, next_at, unknown
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Put a failed batch back at the head of its partition, to retry after ``retry_at``."""
+        """Put a failed batch back at the head of its partition, to retry after ``retry_at``.
+
+        A batch with a sequence goes before every queued batch with a later sequence or none,
+        so retries of an idempotent producer always resend in sequence order.
+        """
         batch.attempts += 1
         batch.retry_at = retry_at
         dq = self.queues.get(batch.tp)
         if dq is None:
             dq = self.queues[batch.tp] = deque()
-        dq.appendleft(batch)
+        if batch.base_seq < 0:
+            dq.appendleft(batch)
+        else:
+            i = 0
+            while i < len(dq) and 0 <= dq[i].base_seq < batch.base_seq:
+                i += 1
+            dq.insert(i, batch)
         self.wakeup()
 
     def expired(self, batch: ProducerBatch) -> bool:
@@ -484,6 +544,8 @@ class Accumulator:
         self._finish(batch)
 
     def fail(self, batch: ProducerBatch, exc: BaseException) -> None:
+        if self.on_fail is not None and batch in self.incomplete:
+            self.on_fail(batch, exc)
         for _start, _count, target in batch.waiters:
             if isinstance(target, Group):
                 target.fail(exc)

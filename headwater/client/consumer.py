@@ -32,6 +32,13 @@ talk to the group's coordinator, and auto-commit (``enable_auto_commit``, every
 "cooperative-sticky"]`` as Kafka 3.x: the group uses range until every member lists
 cooperative-sticky first. ``assign`` and ``subscribe`` exclude each other.
 
+Transactions (docs/transactions.md): ``isolation_level`` "read_uncommitted" (default) or
+"read_committed". Fetches and ListOffsets carry the level (read_committed: never past the last
+stable offset); each response's batches pass :func:`headwater.client.txn_filter.keep_flags`
+(control batches are never delivered; read_committed drops aborted transactions' batches);
+positions advance past dropped batches. With read_committed, ``committed()`` asks for stable
+offsets and retries UNSTABLE_OFFSET_COMMIT until the request timeout.
+
 Ownership: everything runs on one event loop; the fetch task of a partition is the only
 writer of its ``pending`` list, ``poll`` the only reader; positions are changed only by
 ``poll`` and the seek methods (callers on the loop).
@@ -50,6 +57,7 @@ import grpc
 
 from headwater import errors
 from headwater.batch import RecordBatch, decode_batches
+from headwater.client import txn_filter
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.coordinator_client import CoordinatorClient
 from headwater.client.errors import (
@@ -88,8 +96,10 @@ class _Partition:
         self.position: int | None = None
         self.epoch = 0
         self.task: asyncio.Task[None] | None = None
-        self.pending: deque[tuple[int, bytes]] = deque()  # (epoch, raw batches)
-        self.ready: deque[RecordBatch] = deque()  # decoded, at or past position
+        # (epoch, raw batches, the response's aborted transactions as (pid, first_offset))
+        self.pending: deque[tuple[int, bytes, list[tuple[int, int]]]] = deque()
+        # decoded, at or past position; False: dropped by the transaction filter
+        self.ready: deque[tuple[RecordBatch, bool]] = deque()
         self.buffered = 0
         self.space = asyncio.Event()
         self.space.set()
@@ -135,7 +145,18 @@ class AsyncConsumer:
         partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5_000,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise errors.InvalidConfigError(
+                "isolation_level must be read_uncommitted or read_committed, "
+                f"not {isolation_level!r}"
+            )
+        self.isolation_level = isolation_level
+        self.read_committed = isolation_level == "read_committed"
+        self._isolation = (
+            broker_pb2.READ_COMMITTED if self.read_committed else broker_pb2.READ_UNCOMMITTED
+        )
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise errors.InvalidConfigError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
@@ -306,7 +327,13 @@ class AsyncConsumer:
         targets = [TopicPartition(*tp) for tp in tps] or list(self._parts)
         for tp in targets:
             self._part(tp)
-        found = await list_offsets(pool, md, dict.fromkeys(targets, spec), timeout_s=self.timeout_s)
+        found = await list_offsets(
+            pool,
+            md,
+            dict.fromkeys(targets, spec),
+            timeout_s=self.timeout_s,
+            isolation_level=self._isolation,
+        )
         for tp in targets:
             self.seek(tp, found[tp].offset)
 
@@ -326,17 +353,31 @@ class AsyncConsumer:
         for ts in timestamps.values():
             if ts < 0:
                 raise errors.InvalidTimestampError(f"timestamp must be >= 0, got {ts}")
-        found = await list_offsets(pool, md, dict(timestamps), timeout_s=self.timeout_s)
+        found = await list_offsets(
+            pool, md, dict(timestamps), timeout_s=self.timeout_s, isolation_level=self._isolation
+        )
         return {tp: (None if o.offset < 0 else o) for tp, o in found.items()}
 
     async def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         pool, md = self._ensure_started()
-        found = await list_offsets(pool, md, dict.fromkeys(tps, EARLIEST), timeout_s=self.timeout_s)
+        found = await list_offsets(
+            pool,
+            md,
+            dict.fromkeys(tps, EARLIEST),
+            timeout_s=self.timeout_s,
+            isolation_level=self._isolation,
+        )
         return {tp: o.offset for tp, o in found.items()}
 
     async def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         pool, md = self._ensure_started()
-        found = await list_offsets(pool, md, dict.fromkeys(tps, LATEST), timeout_s=self.timeout_s)
+        found = await list_offsets(
+            pool,
+            md,
+            dict.fromkeys(tps, LATEST),
+            timeout_s=self.timeout_s,
+            isolation_level=self._isolation,
+        )
         return {tp: o.offset for tp, o in found.items()}
 
     async def position(self, tp: TopicPartition) -> int:
@@ -362,7 +403,11 @@ class AsyncConsumer:
         spec = EARLIEST if self.auto_offset_reset == "earliest" else LATEST
         pool, md = self._ensure_started()
         found = await list_offsets(
-            pool, md, {st.tp: spec for st in parts}, timeout_s=self.timeout_s
+            pool,
+            md,
+            {st.tp: spec for st in parts},
+            timeout_s=self.timeout_s,
+            isolation_level=self._isolation,
         )
         for st in parts:
             if st.position is None:
@@ -417,6 +462,7 @@ class AsyncConsumer:
                 replica_id=-1,
                 current_leader_epoch=-1,
                 client_id=self.client_id,
+                isolation_level=self._isolation,
             )
             call = pool.broker(address).Fetch(request)
             err: errors.HeadwaterError | None = None
@@ -429,7 +475,10 @@ class AsyncConsumer:
                         break
                     st.high_watermark = resp.high_watermark
                     if resp.records:
-                        st.pending.append((epoch, resp.records))
+                        aborted = [
+                            (a.producer_id, a.first_offset) for a in resp.aborted_transactions
+                        ]
+                        st.pending.append((epoch, resp.records, aborted))
                         st.buffered += len(resp.records)
                         assert self._wake is not None
                         self._wake.set()
@@ -452,7 +501,9 @@ class AsyncConsumer:
                     st.error = err
                     return
                 spec = EARLIEST if self.auto_offset_reset == "earliest" else LATEST
-                found = await list_offsets(pool, md, {tp: spec}, timeout_s=self.timeout_s)
+                found = await list_offsets(
+                    pool, md, {tp: spec}, timeout_s=self.timeout_s, isolation_level=self._isolation
+                )
                 if st.epoch != epoch:
                     return
                 log.info("%s: offset %d out of range, reset to %d", tp, offset, found[tp].offset)
@@ -478,18 +529,26 @@ class AsyncConsumer:
             if not st.ready:
                 if not st.pending:
                     break
-                epoch, raw = st.pending.popleft()
+                epoch, raw, aborted = st.pending.popleft()
                 if epoch != st.epoch:
                     continue
                 try:
                     batches = decode_batches(raw, check_crc=self.check_crcs)
+                    keep = txn_filter.keep_flags(
+                        batches, aborted, read_committed=self.read_committed
+                    )
                 except errors.HeadwaterError as exc:
                     st.consumed(len(raw), self.max_buffer_bytes)
                     st.error = exc
                     break
-                st.ready.extend(batches)
-            b = st.ready[0]
+                st.ready.extend(zip(batches, keep, strict=True))
+            b, deliver = st.ready[0]
             pos = st.position if st.position is not None else b.header.base_offset
+            if not deliver:
+                st.ready.popleft()
+                st.consumed(b.header.total_size, self.max_buffer_bytes)
+                st.position = max(pos, b.header.next_offset)
+                continue
             start = first_index_at(b, pos)
             count = b.header.record_count
             stop = count if budget is None else min(count, start + budget - taken)

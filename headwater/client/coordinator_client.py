@@ -9,6 +9,10 @@ COORDINATOR_LOAD_IN_PROGRESS is retried against the same coordinator. Every othe
 including in-band group errors like ILLEGAL_GENERATION — is returned for the caller to
 interpret.
 
+The same class finds transaction coordinators (``key_type=TRANSACTION``: the key is the
+transactional.id) and calls the ``TransactionCoordinator`` service on them (``stub``); there
+CONCURRENT_TRANSACTIONS is retried with backoff too (``retry_same``).
+
 Owned by one client on one event loop (it shares the client's pool and metadata).
 """
 
@@ -18,6 +22,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable, Collection
 from typing import Any
 
 import grpc
@@ -38,12 +43,23 @@ class CoordinatorClient:
     """See the module docstring."""
 
     def __init__(
-        self, pool: ConnectionPool, md: Metadata, *, timeout_s: float, backoff_s: float
+        self,
+        pool: ConnectionPool,
+        md: Metadata,
+        *,
+        timeout_s: float,
+        backoff_s: float,
+        key_type: int = coordinator_pb2.GROUP,
+        stub: Callable[[str], Any] | None = None,
+        retry_same: Collection[int] = (),
     ) -> None:
         self._pool = pool
         self._md = md
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
+        self.key_type = key_type
+        self._stub = stub if stub is not None else pool.coordinator
+        self._retry_same = _RETRY_SAME | set(retry_same)
         self._owners: dict[str, str] = {}
 
     def forget(self, group_id: str) -> None:
@@ -70,7 +86,10 @@ class CoordinatorClient:
             for address in candidates:
                 try:
                     resp = await self._pool.coordinator(address).FindCoordinator(
-                        coordinator_pb2.FindCoordinatorRequest(group_id=group_id),
+                        coordinator_pb2.FindCoordinatorRequest(
+                            group_id=group_id,
+                            key_type=self.key_type,  # type: ignore[arg-type]
+                        ),
                         timeout=max(0.1, min(self.timeout_s, deadline - time.monotonic())),
                     )
                 except grpc.RpcError as exc:
@@ -105,7 +124,7 @@ class CoordinatorClient:
         deadline = time.monotonic() + budget
         while True:
             address = await self.find(group_id, deadline)
-            stub = self._pool.coordinator(address)
+            stub = self._stub(address)
             err: errors.HeadwaterError | None = None
             try:
                 resp = await getattr(stub, method)(
@@ -117,11 +136,11 @@ class CoordinatorClient:
                     raise err from exc
             else:
                 code = getattr(resp, "error_code", ErrorCode.NONE)
-                if code not in _REDISCOVER and code not in _RETRY_SAME:
+                if code not in _REDISCOVER and code not in self._retry_same:
                     return resp
                 err = errors.error_for_code(code, getattr(resp, "error_message", ""))
                 assert err is not None
-            if err.code not in _RETRY_SAME:
+            if err.code not in self._retry_same:
                 self.forget(group_id)
             if time.monotonic() + self.backoff_s >= deadline:
                 raise err

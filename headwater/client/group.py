@@ -353,23 +353,36 @@ class GroupMember:
     async def fetch_committed(
         self, tps: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int | None]:
+        """Committed offsets; a read_committed consumer asks for stable ones (require_stable)
+        and retries UNSTABLE_OFFSET_COMMIT (a transaction's pending commit) until the request
+        timeout."""
         by_topic: dict[str, list[int]] = {}
         wanted = [TopicPartition(*tp) for tp in tps]
         for tp in wanted:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
+        stable = bool(getattr(self.c, "read_committed", False))
         req = cpb.OffsetFetchRequest(
             group_id=self.cfg.group_id,
             partitions=[cpb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            require_stable=stable,
         )
-        resp = await self.coord.call(self.cfg.group_id, "OffsetFetch", req)
-        errors.raise_for_code(resp.error_code, resp.error_message)
-        out: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
-        for o in resp.offsets:
-            tp = TopicPartition(o.topic, o.partition)
-            if tp in out:
-                errors.raise_for_code(o.error_code, f"{o.topic}[{o.partition}]")
-                out[tp] = o.offset if o.offset >= 0 else None
-        return out
+        deadline = time.monotonic() + self.coord.timeout_s
+        while True:
+            resp = await self.coord.call(self.cfg.group_id, "OffsetFetch", req)
+            errors.raise_for_code(resp.error_code, resp.error_message)
+            out: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
+            try:
+                for o in resp.offsets:
+                    tp = TopicPartition(o.topic, o.partition)
+                    if tp in out:
+                        errors.raise_for_code(o.error_code, f"{o.topic}[{o.partition}]")
+                        out[tp] = o.offset if o.offset >= 0 else None
+            except errors.UnstableOffsetCommitError:
+                if time.monotonic() + self.coord.backoff_s >= deadline:
+                    raise
+                await asyncio.sleep(self.coord.backoff_s)
+                continue
+            return out
 
     def consumed_positions(
         self, only: set[TopicPartition] | None = None

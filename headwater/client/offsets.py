@@ -30,8 +30,11 @@ async def list_offsets(
     *,
     timeout_s: float = 30.0,
     backoff_s: float = 0.1,
+    isolation_level: int = broker_pb2.READ_UNCOMMITTED,
 ) -> dict[TopicPartition, OffsetAndTimestamp]:
-    """Offsets for ``wanted`` (tp -> timestamp spec); offset -1 when no record qualifies."""
+    """Offsets for ``wanted`` (tp -> timestamp spec); offset -1 when no record qualifies.
+
+    With ``READ_COMMITTED`` the latest offset is the last stable offset."""
     deadline = time.monotonic() + timeout_s
     todo = dict(wanted)
     out: dict[TopicPartition, OffsetAndTimestamp] = {}
@@ -59,7 +62,8 @@ async def list_offsets(
                         topic=tp.topic, partition=tp.partition, timestamp=todo[tp]
                     )
                     for tp in tps
-                ]
+                ],
+                isolation_level=isolation_level,  # type: ignore[arg-type]
             )
             try:
                 resp = await pool.broker(addr).ListOffsets(req, timeout=timeout_s)

@@ -22,8 +22,17 @@ before :class:`BufferExhaustedError`; ``compression_type`` none | gzip | lz4 | z
 per broker (5); ``request_timeout_ms`` (30 s); ``max_request_size`` (8 MiB of batches per
 request); ``client_id``; ``partitioner`` ("default" = CRC-32C, "murmur2", or a callable).
 
-Idempotence and transactions are not implemented yet; batches carry producer id/epoch/base
-sequence = -1, the fields those features will fill.
+Idempotence (docs/transactions.md): ``acks`` defaults to "all" (Kafka 3.x) and
+``enable_idempotence`` (None) is then on: the producer gets a producer id on first use and
+numbers batches per partition, so a retry never duplicates or reorders (see
+:mod:`headwater.client.sender`). ``enable_idempotence=True`` with ``acks`` other than all or
+``retries=0`` is an :class:`InvalidConfigError`; with ``acks`` 0 or 1 batches carry producer
+id/epoch/base sequence = -1 (the non-idempotent path). A fatal error (a sequence gap, a fenced
+epoch) fails every pending and later send with that error.
+
+Transactions: ``transactional_id=...`` (and ``transaction_timeout_ms``) adds
+``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
+``commit_transaction``, ``abort_transaction`` (:mod:`headwater.client.transactions`).
 
 Threading: an AsyncProducer lives on the loop that first uses it; use
 :class:`headwater.client.sync.Producer` from other threads.
@@ -42,6 +51,7 @@ import numpy as np
 
 from headwater import errors
 from headwater.batch import Compression
+from headwater.client import idempotence, transactions
 from headwater.client import partitioner as partitioners
 from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, Group, Header
 from headwater.client.connection import ConnectionPool, parse_bootstrap
@@ -86,7 +96,7 @@ class AsyncProducer:
         self,
         bootstrap: str | Sequence[str],
         *,
-        acks: int | str = 1,
+        acks: int | str = "all",
         batch_size: int = 1024 * 1024,
         linger_ms: float = 5,
         buffer_memory: int = 32 * 1024 * 1024,
@@ -101,6 +111,9 @@ class AsyncProducer:
         client_id: str = "headwater-python",
         partitioner: str | partitioners.Partitioner | None = None,
         metadata_max_age_ms: int = 300_000,
+        enable_idempotence: bool | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         self._bootstrap = parse_bootstrap(
             bootstrap if isinstance(bootstrap, str) else list(bootstrap)
@@ -112,6 +125,26 @@ class AsyncProducer:
         if linger_ms < 0 or retries < 0 or request_timeout_ms <= 0:
             raise errors.InvalidConfigError("linger_ms, retries must be >= 0, timeouts > 0")
         self.acks = parse_acks(acks)
+        if transactional_id is not None and not transactional_id:
+            raise errors.InvalidConfigError("transactional_id must not be empty")
+        if transaction_timeout_ms <= 0:
+            raise errors.InvalidConfigError("transaction_timeout_ms must be > 0")
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.enable_idempotence = idempotence.resolve_enable_idempotence(
+            enable_idempotence,
+            self.acks == broker_pb2.ACKS_ALL,
+            retries,
+            transactional_id is not None,
+        )
+        if self.enable_idempotence and max_in_flight > idempotence.MAX_IN_FLIGHT_IDEMPOTENT:
+            raise errors.InvalidConfigError(
+                f"max_in_flight must be <= {idempotence.MAX_IN_FLIGHT_IDEMPOTENT} with idempotence"
+            )
+        self._seq: idempotence.Sequencer | None = (
+            idempotence.Sequencer() if self.enable_idempotence else None
+        )
+        self._txn: transactions.TransactionManager | None = None
         self.max_block_ms = max_block_ms
         self.max_request_size = max_request_size
         self.partitioner = partitioners.resolve(partitioner)
@@ -175,6 +208,22 @@ class AsyncProducer:
                 compression=self._compression,
                 on_batch_sealed=self._on_batch_sealed,
             )
+            producing: idempotence.Producing | None = None
+            if self._seq is not None:
+                if self.transactional_id is not None:
+                    self._txn = transactions.TransactionManager(
+                        self.transactional_id,
+                        self.transaction_timeout_ms,
+                        self._seq,
+                        self._acc,
+                        self._pool,
+                        self._metadata,
+                        request_timeout_s=c["request_timeout_ms"] / 1000,
+                        retry_backoff_s=c["retry_backoff_ms"] / 1000,
+                    )
+                producing = idempotence.Producing(
+                    self._seq, transactional=self._txn is not None, gate=self._txn
+                )
             self._sender = Sender(
                 self._acc,
                 self._metadata,
@@ -186,7 +235,11 @@ class AsyncProducer:
                 retry_backoff_ms=c["retry_backoff_ms"],
                 max_request_size=self.max_request_size,
                 client_id=c["client_id"],
+                producing=producing,
+                transactional_id=self.transactional_id or "",
             )
+            if self._txn is not None:
+                self._txn.wake_sender = self._sender.wake
             task = asyncio.get_running_loop().create_task(self._sender.run(), name="sender")
             task.add_done_callback(self._sender_done)
             self._sender_task = task
@@ -214,6 +267,10 @@ class AsyncProducer:
             raise self._dead
         if self._closed:
             raise ProducerClosedError("producer is closed")
+        if self._seq is not None:
+            self._seq.check()
+        if self._txn is not None:
+            self._txn.check_can_send()
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Send everything buffered now and wait until each of those batches is done."""
@@ -253,6 +310,45 @@ class AsyncProducer:
                 await self._metadata.close()
             if self._pool is not None:
                 await self._pool.close()
+
+    # ------------------------------------------------------------ transactions
+
+    def _txn_manager(self) -> transactions.TransactionManager:
+        if self.transactional_id is None:
+            raise errors.InvalidTxnStateError("this producer has no transactional_id")
+        self._check_open_no_txn()
+        assert self._txn is not None
+        return self._txn
+
+    def _check_open_no_txn(self) -> None:
+        if self._dead is not None:
+            raise self._dead
+        if self._closed:
+            raise ProducerClosedError("producer is closed")
+
+    async def init_transactions(self) -> None:
+        """Get the producer id/epoch of ``transactional_id`` (fencing older incarnations and
+        aborting their open transaction). Call once, before the first transaction."""
+        await self.start()
+        await self._txn_manager().init()
+
+    def begin_transaction(self) -> None:
+        self._txn_manager().begin()
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any) -> None:
+        """Commit consumer offsets (``{TopicPartition: next offset}``) as part of the
+        transaction; ``group_metadata`` is a group id or the consumer (its group id,
+        generation and member id are sent)."""
+        await self._txn_manager().send_offsets(offsets, group_metadata)
+
+    async def commit_transaction(self) -> None:
+        """Flush, then commit. If a send of the transaction failed, raises
+        :class:`InvalidTxnStateError` (the cause is the failure): call abort_transaction()."""
+        await self._txn_manager().commit(self.flush)
+
+    async def abort_transaction(self) -> None:
+        """Drop records not yet sent (their futures fail), await in-flight ones, abort."""
+        await self._txn_manager().abort()
 
     # ------------------------------------------------------------ partitions
 

@@ -21,6 +21,19 @@ the answer is ignored. With ``max_in_flight == 1`` a partition is muted while it
 in flight, so retries cannot reorder its records. A response's ``throttle_time_ms`` holds back
 requests to that broker until the delay has passed.
 
+Idempotence (``producing`` given, docs/transactions.md): the routine first gets a producer id
+(``Broker.InitProducerId`` on any broker, or the transaction manager's id), then drains with
+:class:`headwater.client.idempotence.Producing`: batches get sequence numbers as they are
+drained and at most 5 batches of a partition are unacknowledged. A partition is muted while
+it has a request in flight — gRPC calls to one broker are concurrent, not ordered like
+Kafka's TCP connection, so pipelining two requests of one partition could reorder them; the
+5 batches go in one request instead. Results: success (fresh or duplicate: the broker answers
+the original offset) acknowledges the sequences; an in-band error means the broker appended
+nothing of the partition's batches, so a terminal one rewinds the partition's sequence;
+OUT_OF_ORDER_SEQUENCE_NUMBER is fatal when the predecessor was acknowledged, retriable
+otherwise; INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal. Fatal errors put the producer in
+a failed state (``Sequencer.fail``) and fail every pending batch.
+
 Ownership: the sender routine and its request tasks run on the producer's loop; they are the
 only code that takes batches out of the accumulator. If the routine dies, the producer's
 done-callback fails every pending future (callers never hang).
@@ -36,12 +49,12 @@ from collections import OrderedDict
 import grpc
 
 from headwater import errors
-from headwater.client import produce_wire
+from headwater.client import idempotence, produce_wire
 from headwater.client.accumulator import Accumulator, ProducerBatch
 from headwater.client.connection import ConnectionPool
 from headwater.client.metadata import Metadata
 from headwater.client.types import TopicPartition
-from headwater.v1 import broker_pb2
+from headwater.v1 import broker_pb2, transaction_pb2
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +75,8 @@ class Sender:
         retry_backoff_ms: int,
         max_request_size: int,
         client_id: str,
+        producing: idempotence.Producing | None = None,
+        transactional_id: str = "",
     ) -> None:
         self.acc = acc
         self.metadata = metadata
@@ -78,6 +93,10 @@ class Sender:
         self.muted: set[TopicPartition] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.closing = False
+        self.producing = producing
+        self.transactional_id = transactional_id
+        #: batches whose earlier attempt may have been appended (a transport error)
+        self.uncertain: set[ProducerBatch] = set()
         self._wake = asyncio.Event()
         acc.wakeup = self._wake.set
         metadata.add_listener(lambda _view: self._wake.set())
@@ -95,10 +114,19 @@ class Sender:
         """Loop until closing and nothing is left to send or await."""
         loop = asyncio.get_running_loop()
         view = self.metadata
+        producing = self.producing
+        if producing is not None and not producing.seq.has_pid and not self.transactional_id:
+            await self._init_producer_id(producing.seq)
         while True:
             self._wake.clear()
+            if producing is not None and producing.seq.failed is not None:
+                self.acc.fail_all(producing.seq.failed)
             batches, next_at, unknown = self.acc.drain(
-                lambda tp: view.view.leader(tp), self._can_send, self.muted, self.max_request_size
+                lambda tp: view.view.leader(tp),
+                self._can_send,
+                self.muted,
+                self.max_request_size,
+                producing,
             )
             if unknown:
                 self.metadata.request_update()
@@ -106,7 +134,7 @@ class Sender:
                 self.metadata.maybe_refresh()
             for leader, taken in batches.items():
                 self.in_flight[leader] = self.in_flight.get(leader, 0) + 1
-                if self.max_in_flight == 1:
+                if self.max_in_flight == 1 or producing is not None:
                     self.muted.update(b.tp for b in taken)
                 task = loop.create_task(self._request(leader, taken), name=f"produce-{leader}")
                 self.tasks.add(task)
@@ -125,6 +153,40 @@ class Sender:
             elif timeout > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _init_producer_id(self, seq: idempotence.Sequencer) -> None:
+        """Broker.InitProducerId on any broker, retrying retriable errors until it answers
+        (a non-retriable answer puts the producer in the failed state)."""
+        request = transaction_pb2.InitProducerIdRequest(
+            transactional_id="", transaction_timeout_ms=0, producer_id=-1, producer_epoch=-1
+        )
+        while not self.closing:
+            err: errors.HeadwaterError = errors.BrokerNotAvailableError("no broker known")
+            view = self.metadata.view
+            if not view.brokers:
+                try:
+                    view = await self.metadata.refresh()
+                except errors.HeadwaterError as exc:
+                    err = exc
+            for b in view.brokers.values():
+                try:
+                    resp = await self.pool.broker(f"{b.host}:{b.port}").InitProducerId(
+                        request, timeout=self.timeout_ms / 1000
+                    )
+                except grpc.RpcError as exc:
+                    err = errors.from_rpc_error(exc)
+                    continue
+                if resp.error_code == 0:
+                    seq.reset(resp.producer_id, resp.producer_epoch)
+                    return
+                found = errors.error_for_code(resp.error_code, resp.error_message)
+                assert found is not None
+                err = found
+                if not err.retriable:
+                    seq.fail(err)
+                    return
+            log.debug("InitProducerId failed (%s); retrying", err)
+            await asyncio.sleep(self.backoff)
 
     async def _request(self, leader: int, batches: list[ProducerBatch]) -> None:
         try:
@@ -151,6 +213,7 @@ class Sender:
             acks=self.acks,
             timeout_ms=self.timeout_ms,
             client_id=self.client_id,
+            transactional_id=self.transactional_id,
             partitions=[
                 (tp.topic, tp.partition, [b.encoded or b"" for b in bs]) for tp, bs in by_tp.items()
             ],
@@ -168,6 +231,8 @@ class Sender:
         except grpc.RpcError as exc:
             err = errors.from_rpc_error(exc)
             if self.acks != broker_pb2.ACKS_NONE:
+                if self.producing is not None:
+                    self.uncertain.update(batches)
                 self._retry_or_fail(batches, err)
             else:
                 log.warning("acks=0 produce to broker %d failed: %s", leader, err)
@@ -183,27 +248,80 @@ class Sender:
             if r.error_code == 0:
                 offset = r.base_offset
                 for b in tp_batches:
+                    if self.producing is not None:
+                        self.producing.seq.acked(b.tp, b.base_seq, b.count)
+                        self.uncertain.discard(b)
                     self.acc.complete(b, offset, r.log_append_time)
                     offset += b.count
             else:
                 perr = errors.error_for_code(r.error_code, r.error_message)
                 assert perr is not None
-                self._retry_or_fail(tp_batches, perr)
+                if self.producing is not None:
+                    self._idempotent_error(tp_batches, perr)
+                else:
+                    self._retry_or_fail(tp_batches, perr)
         for _tp, left in by_tp.items():
             self._retry_or_fail(left, errors.UnknownServerError("no result for partition"))
 
-    def _retry_or_fail(self, batches: list[ProducerBatch], err: errors.HeadwaterError) -> None:
+    def _idempotent_error(self, batches: list[ProducerBatch], err: errors.HeadwaterError) -> None:
+        """An in-band error for one partition's batches (the broker appended none of them)."""
+        producing = self.producing
+        assert producing is not None
+        seq = producing.seq
+        first = batches[0]
+        if isinstance(err, errors.OutOfOrderSequenceNumberError):
+            if seq.classify_out_of_order(first.tp, first.base_seq):
+                self._fatal(err)
+                return
+            self._retry_or_fail(batches, err, force_retry=True)
+            return
+        if idempotence.is_fatal(err) or isinstance(err, errors.UnknownProducerIdError):
+            self._fatal(err)
+            return
+        self._retry_or_fail(batches, err)
+
+    def _fatal(self, err: errors.HeadwaterError) -> None:
+        assert self.producing is not None
+        log.error("idempotent producer failed: %s", err)
+        self.producing.seq.fail(err)
+        self.acc.fail_all(self.producing.seq.failed or err)
+
+    def _retry_or_fail(
+        self, batches: list[ProducerBatch], err: errors.HeadwaterError, *, force_retry: bool = False
+    ) -> None:
         stale = False
+        retriable = err.retriable or force_retry
+        failed: list[ProducerBatch] = []
         # reversed: re-enqueueing at the head keeps the partition's original order
         for b in reversed(batches):
-            if err.retriable and b.attempts < self.retries and not self.acc.expired(b):
+            if retriable and b.attempts < self.retries and not self.acc.expired(b):
                 log.debug("retrying batch for %s after %s", b.tp, err)
                 stale = stale or err.invalid_metadata
                 self.acc.reenqueue(b, self.acc.clock() + self.backoff)
             else:
+                failed.append(b)
                 self.acc.fail(b, err)
+        if failed and self.producing is not None:
+            self._sequenced_failed(failed[::-1], err)
         if stale:
             self.metadata.request_update()
+
+    def _sequenced_failed(self, failed: list[ProducerBatch], err: errors.HeadwaterError) -> None:
+        """Terminal failure of sequenced batches (in partition order): rewind the partition
+        when the broker surely appended none of them, else the outcome is unknown."""
+        assert self.producing is not None
+        seqd = [b for b in failed if b.base_seq >= 0]
+        if not seqd:
+            return
+        if any(b in self.uncertain for b in seqd):
+            self.uncertain.difference_update(seqd)
+            idempotence.unknown_outcome(self.producing, err)
+            return
+        first = min(seqd, key=lambda b: b.base_seq)
+        try:
+            self.producing.seq.rewind(first.tp, first.base_seq)
+        except errors.HeadwaterError as exc:
+            idempotence.unknown_outcome(self.producing, exc)
 
     async def close(self, timeout_s: float | None) -> None:
         """Cancel outstanding request tasks (after ``flush`` they are normally none)."""

@@ -149,6 +149,31 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         self._lt.run(self._p.flush(timeout))
 
+    # transactions (see AsyncProducer); each runs on the producer's loop, in call order
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.init_transactions(), timeout)
+
+    async def _begin(self) -> None:
+        self._p.begin_transaction()
+
+    def begin_transaction(self) -> None:
+        self._lt.run(self._begin())
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, Any], group_metadata: Any
+    ) -> None:
+        """``group_metadata``: a group id, or the (sync or async) consumer of the group."""
+        if isinstance(group_metadata, Consumer):
+            group_metadata = group_metadata._c
+        self._lt.run(self._p.send_offsets_to_transaction(dict(offsets), group_metadata))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.commit_transaction(), timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.abort_transaction(), timeout)
+
     def close(self, timeout: float | None = None) -> None:
         try:
             self._lt.run(self._p.close(timeout))
