@@ -1,6 +1,7 @@
 """The broker's own Prometheus metrics (per-RPC counts and latency live in headwater.rpc.metrics).
 
-Label cardinality: ``topic`` for throughput counters, ``topic`` + ``partition`` for the log
+Label cardinality: ``topic`` for throughput counters (plus a fixed ``reason`` / ``kind`` for the
+idempotence and transaction counters), ``topic`` + ``partition`` for the log
 size gauge (removed when the partition leaves this broker).
 """
 
@@ -26,6 +27,24 @@ LOG_SIZE = prom.Gauge(
 )
 PARTITIONS = prom.Gauge(
     "headwater_broker_partitions", "Partitions hosted by this broker, by role", ["role"]
+)
+
+PRODUCE_DUPLICATES = prom.Counter(
+    "headwater_broker_produce_duplicates_total",
+    "Idempotent produce entries answered as duplicates (nothing appended), by topic",
+    ["topic"],
+)
+PRODUCER_REJECTIONS = prom.Counter(
+    "headwater_broker_producer_rejections_total",
+    "Produce entries and transaction markers refused by a partition's producer-state checks, "
+    "by topic and reason (fenced, out_of_order, unknown_producer_id, invalid_txn_state, "
+    "coordinator_fenced)",
+    ["topic", "reason"],
+)
+TXN_MARKERS = prom.Counter(
+    "headwater_broker_txn_markers_total",
+    "Transaction markers appended as leader, by topic and kind (commit, abort)",
+    ["topic", "kind"],
 )
 
 REPLICA_FETCH_WAITING = prom.Gauge(

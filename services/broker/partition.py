@@ -27,16 +27,25 @@ fetch at ``t`` asked for the leader's LEO; a fetch that reached the leader's LEO
 previous fetch* makes it caught up as of that previous fetch. ``out_of_sync`` lists ISR
 followers not caught up within ``replica.lag.time.max.ms``.
 
-Notifications: ``changed()`` (HW advance or state change; consumer fetch streams and acks=all
-waiters) and ``appended()`` (any leader append or state change; replica fetch long-polls). Both
-are ``asyncio.Event``s replaced when fired, so a waiter captures the event, checks its
-condition, then awaits, without missing a wake-up.
+Idempotence and transactions (docs/transactions.md): the Log validates producer ids, epochs
+and sequences inside its append (the writer); a duplicate is answered with the original offsets
+(acks=all still waits until they are committed). Markers (:meth:`write_marker`) are appended by
+the writer too. The last stable offset ``LSO = min(HW, first unstable offset)``; the first
+unstable offset is read from the Log by the writer after every log mutation and cached in
+``_first_unstable`` (so readers on the loop never touch producer state a worker thread is
+changing).
+
+Notifications: ``changed()`` (HW or LSO advance, or state change; consumer fetch streams and
+acks=all waiters) and ``appended()`` (any leader append or state change; replica fetch
+long-polls). Both are ``asyncio.Event``s replaced when fired, so a waiter captures the event,
+checks its condition, then awaits, without missing a wake-up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,10 +54,15 @@ from typing import Any, TypeVar
 from headwater.batch import BatchHeader, iter_headers
 from headwater.config import TopicConfig
 from headwater.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
     RequestTimedOutError,
+    TransactionCoordinatorFencedError,
+    UnknownProducerIdError,
     UnknownTopicOrPartitionError,
 )
 from services.broker import metrics
@@ -56,6 +70,15 @@ from services.broker import metrics
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Producer-state rejections, by exception class, as the rejection metric's ``reason`` label.
+_REJECTION_REASONS: dict[type[Exception], str] = {
+    InvalidProducerEpochError: "fenced",
+    OutOfOrderSequenceNumberError: "out_of_order",
+    UnknownProducerIdError: "unknown_producer_id",
+    InvalidTxnStateError: "invalid_txn_state",
+    TransactionCoordinatorFencedError: "coordinator_fenced",
+}
 
 
 class Role(enum.Enum):
@@ -75,6 +98,9 @@ class ProduceResult:
     log_start_offset: int
     records: int
     size: int
+    #: every batch was a duplicate of one already in the log: nothing was appended and the
+    #: offsets are the original ones.
+    duplicate: bool = False
 
 
 @dataclass
@@ -120,6 +146,8 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         #: the log end offset when this replica became leader of the current epoch.
         self._epoch_start_offset = 0
+        #: the Log's first unstable offset as of the last log mutation (writer-owned cache).
+        self._first_unstable: int | None = None
         self._append_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._appended = asyncio.Event()
@@ -145,6 +173,17 @@ class Partition:
     @property
     def log_end_offset(self) -> int:
         return int(self.log.log_end_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """``min(HW, first offset of the oldest open transaction)``: READ_COMMITTED's bound."""
+        fu = self._first_unstable
+        return self.high_watermark if fu is None else min(self.high_watermark, fu)
+
+    def _refresh_unstable(self) -> None:
+        """Re-read the Log's first unstable offset; the writer calls it after a mutation."""
+        fu = self.log.first_unstable_offset
+        self._first_unstable = None if fu is None else int(fu)
 
     # ------------------------------------------------------------------ state (control path)
 
@@ -178,6 +217,7 @@ class Partition:
                         self.followers[r] = FollowerState(last_caught_up_ms=now_ms)
                 self.followers = {r: f for r, f in self.followers.items() if r in s.replicas}
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
+            self._refresh_unstable()
             self._advance_high_watermark()
         self._notify()
         return new
@@ -198,6 +238,7 @@ class Partition:
             self.high_watermark = min(
                 max(self.high_watermark, self.log_start_offset), self.log_end_offset
             )
+            self._refresh_unstable()
         self._notify()
         return restart
 
@@ -336,13 +377,22 @@ class Partition:
         async with self._append_lock:
             self.check_writable(acks_all)
             epoch = self.leader_epoch
-            info = await asyncio.to_thread(self.log.append, buf, batches, epoch)
+            try:
+                info = await asyncio.to_thread(self.log.append, buf, batches, epoch)
+            except tuple(_REJECTION_REASONS) as exc:
+                self._count_rejection(exc)
+                raise
+            self._refresh_unstable()
             self._advance_high_watermark()
             self._notify_appended()
+        duplicate = bool(info.duplicate)
         records = sum(h.record_count for _, h in batches)
-        metrics.BYTES_IN.labels(self.topic).inc(len(buf))
-        metrics.RECORDS_IN.labels(self.topic).inc(records)
-        metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
+        if duplicate:
+            metrics.PRODUCE_DUPLICATES.labels(self.topic).inc()
+        else:
+            metrics.BYTES_IN.labels(self.topic).inc(len(buf))
+            metrics.RECORDS_IN.labels(self.topic).inc(records)
+            metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
         result = ProduceResult(
             base_offset=int(info.first_offset),
             last_offset=int(info.last_offset),
@@ -350,10 +400,52 @@ class Partition:
             log_start_offset=self.log_start_offset,
             records=records,
             size=len(buf),
+            duplicate=duplicate,
         )
         if acks_all:
             await self._wait_committed(result.last_offset + 1, epoch, timeout_ms)
         return result
+
+    async def write_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        coordinator_epoch: int,
+        timeout_ms: int,
+    ) -> int:
+        """Append a COMMIT/ABORT control batch as leader; returns its offset once the HW has
+        passed it (acks=all: the same errors as :meth:`append`). The Log's epoch checks raise
+        INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED with nothing written. The
+        LSO may move at the append (the open transaction closed), so every waiter is woken."""
+        async with self._append_lock:
+            self.check_writable(True)
+            epoch = self.leader_epoch
+            write = functools.partial(
+                self.log.append_control,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                committed=committed,
+                coordinator_epoch=coordinator_epoch,
+                leader_epoch=epoch,
+            )
+            try:
+                info = await asyncio.to_thread(write)
+            except tuple(_REJECTION_REASONS) as exc:
+                self._count_rejection(exc)
+                raise
+            self._refresh_unstable()
+            self._advance_high_watermark()
+            self._notify()
+        metrics.TXN_MARKERS.labels(self.topic, "commit" if committed else "abort").inc()
+        metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
+        offset = int(info.last_offset)
+        await self._wait_committed(offset + 1, epoch, timeout_ms)
+        return offset
+
+    def _count_rejection(self, exc: Exception) -> None:
+        reason = _REJECTION_REASONS.get(type(exc), "other")
+        metrics.PRODUCER_REJECTIONS.labels(self.topic, reason).inc()
 
     async def _wait_committed(self, offset: int, epoch: int, timeout_ms: int) -> None:
         loop = asyncio.get_running_loop()
@@ -400,6 +492,7 @@ class Partition:
                     self.log.append_as_follower(records, list(iter_headers(records)))
 
                 await asyncio.to_thread(write)
+                self._refresh_unstable()
             self._follower_hw(leader_hw)
         if records:
             metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
@@ -419,6 +512,7 @@ class Partition:
                 return False
             fn = self.log.truncate_fully_and_start_at if fully else self.log.truncate_to
             await asyncio.to_thread(fn, offset)
+            self._refresh_unstable()
             self.high_watermark = min(
                 max(self.high_watermark, self.log_start_offset), self.log_end_offset
             )
@@ -428,7 +522,11 @@ class Partition:
     async def run_exclusive(self, fn: Callable[[], T]) -> T:
         """Run a blocking log mutation (retention, flush, close) as the partition's writer."""
         async with self._append_lock:
-            return await asyncio.to_thread(fn)
+            try:
+                return await asyncio.to_thread(fn)
+            finally:
+                if not self.log.closed:
+                    self._refresh_unstable()
 
     # ------------------------------------------------------------------ reads
 
@@ -438,3 +536,9 @@ class Partition:
 
     async def offset_for_timestamp(self, timestamp: int) -> Any:
         return await asyncio.to_thread(self.log.offset_for_timestamp, timestamp)
+
+    async def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``(producer_id, first_offset)`` of the aborted transactions overlapping
+        ``[start, end]`` (first offset <= end, abort marker >= start), ascending."""
+        got = await asyncio.to_thread(self.log.aborted_transactions, start, end)
+        return [(int(pid), int(first)) for pid, first in got]

@@ -26,10 +26,12 @@ Everything runs on one asyncio loop (``asyncio.run(serve(...))``). Who owns what
   - ``broker-fetcher-<leader>``: one follower fetch session per leader broker, created on
     demand by the replica manager's ``FetcherManager`` (``replication/fetcher.py``).
 
-Start order: log manager -> gRPC server (port bound) -> etcd registration (the controller may
-now send LeaderAndIsr) -> ready file. Stop order (SIGTERM/SIGINT): health NOT_SERVING and stop
-the gRPC server (in-flight calls get ``STOP_GRACE_S``), cancel the tasks, close every log
-(clean-shutdown marker), revoke the lease (the controller sees the broker leave at once).
+Start order: log manager -> gRPC server (port bound) -> etcd connection (the producer-id
+allocator of ``Broker.InitProducerId`` shares it with registration) -> etcd registration (the
+controller may now send LeaderAndIsr) -> ready file. Stop order (SIGTERM/SIGINT): health
+NOT_SERVING and stop the gRPC server (in-flight calls get ``STOP_GRACE_S``), cancel the tasks,
+close every log (clean-shutdown marker), revoke the lease (the controller sees the broker leave
+at once).
 """
 
 from __future__ import annotations
@@ -49,12 +51,14 @@ from headwater.batch.codec import now_ms
 from headwater.errors import HeadwaterError
 from headwater.rpc.server import start_server
 from services.broker import servicer
+from services.broker.handlers.init_producer_id import ProducerIds
 from services.broker.metadata_cache import MetadataCache
 from services.broker.registration import LEASE_TTL_S, Registration
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.peers import Peers
 from services.broker.replication.shutdown import controlled_shutdown
 from services.broker.storage import LogManager, cleaner
+from services.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -177,11 +181,12 @@ async def serve(settings: BrokerSettings) -> int:
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
     )
     await asyncio.to_thread(rm.load_high_watermarks)
+    producer_ids = ProducerIds()
 
     running = await start_server(
         host=settings.host,
         port=settings.port,
-        register=[servicer.registrar(rm)],
+        register=[servicer.registrar(rm, producer_ids)],
         service="broker",
         metrics_port=settings.metrics_port,
     )
@@ -190,6 +195,7 @@ async def serve(settings: BrokerSettings) -> int:
     registration: Registration | None = None
     try:
         client = await hetcd.Etcd.connect(settings.etcd)
+        producer_ids.allocator = ProducerIdAllocator(client)
 
         def set_epoch(epoch: int | None) -> None:
             rm.broker_epoch = epoch

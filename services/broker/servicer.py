@@ -6,17 +6,19 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from headwater.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
+from headwater.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2, transaction_pb2
 from services.broker.handlers import (
     control,
     fetch,
     fetch_records,
+    init_producer_id,
     list_offsets,
     metadata,
     offset_for_leader_epoch,
     produce,
     produce_records,
     replica_fetch,
+    txn_markers,
 )
 from services.broker.replica_manager import ReplicaManager
 
@@ -24,8 +26,9 @@ SERVICE_NAME = "headwater.v1.Broker"
 
 
 class BrokerServicer(broker_pb2_grpc.BrokerServicer):
-    def __init__(self, rm: ReplicaManager) -> None:
+    def __init__(self, rm: ReplicaManager, producer_ids: init_producer_id.ProducerIds) -> None:
         self._rm = rm
+        self._producer_ids = producer_ids
         self._round_robin = produce_records.RoundRobin()
 
     async def Produce(
@@ -88,12 +91,24 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     ) -> broker_pb2.StopReplicaResponse:
         return await control.stop_replica(self._rm, request)
 
+    async def InitProducerId(
+        self, request: transaction_pb2.InitProducerIdRequest, context: grpc.aio.ServicerContext
+    ) -> transaction_pb2.InitProducerIdResponse:
+        return await init_producer_id.handle(self._producer_ids, request)
 
-def registrar(rm: ReplicaManager) -> Callable[[grpc.aio.Server], str]:
+    async def WriteTxnMarkers(
+        self, request: broker_pb2.WriteTxnMarkersRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.WriteTxnMarkersResponse:
+        return await txn_markers.handle(self._rm, request)
+
+
+def registrar(
+    rm: ReplicaManager, producer_ids: init_producer_id.ProducerIds
+) -> Callable[[grpc.aio.Server], str]:
     """A ``start_server`` register callable adding the servicer; returns the service name."""
 
     def register(server: grpc.aio.Server) -> str:
-        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(rm), server)
+        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(rm, producer_ids), server)
         return SERVICE_NAME
 
     return register

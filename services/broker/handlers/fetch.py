@@ -7,13 +7,21 @@ The stream (one per partition per consumer) runs this loop on the event loop:
    given (older: ``FENCED_LEADER_EPOCH``, newer: ``UNKNOWN_LEADER_EPOCH``); ``max_bytes`` must
    be positive (``INVALID_FETCH_SIZE``). This is re-checked before every response, so a stream
    notices leadership moving or the partition being deleted;
-2. read whole batches from the position up to the high watermark (``Log.read`` in a worker
-   thread) until ``min_bytes`` are collected or ``max_bytes`` reached (the first batch is
-   always sent whole, even when larger than ``max_bytes``);
+2. read whole batches from the position up to the high watermark — READ_COMMITTED: up to the
+   last stable offset (``Log.read`` in a worker thread) until ``min_bytes`` are collected or
+   ``max_bytes`` reached (the first batch is always sent whole, even when larger than
+   ``max_bytes``);
 3. when caught up, wait on the partition's change notification, at most ``max_wait_ms`` from
    the start of this response, then send what was collected — possibly nothing, so the client
    still learns the high watermark and log start offset;
 4. advance to ``next_offset`` and repeat.
+
+Every response carries ``last_stable_offset`` (``min(HW, first offset of the oldest open
+transaction)``, docs/transactions.md). A READ_COMMITTED response also lists in
+``aborted_transactions`` the aborted transactions overlapping what it carries (first offset <=
+the last offset sent, abort marker at or after the fetch offset). The LSO moves when the HW does
+and when a marker closes a transaction; both fire the partition's change notification, so a
+READ_COMMITTED stream waiting at the LSO wakes up.
 
 Errors are answered in-band: one response carrying the error code (``OFFSET_OUT_OF_RANGE``
 when the position is below the log start or above the log end, or any lookup error above),
@@ -21,7 +29,8 @@ after which the stream ends normally. The stream also ends when the client cance
 handler task is cancelled at its current await). gRPC flow control bounds what is buffered for
 a slow reader: ``yield`` waits until the message is written.
 
-Defaults for unset fields: ``max_wait_ms`` 0 -> 500, ``min_bytes`` 0 -> 1.
+Defaults for unset fields: ``max_wait_ms`` 0 -> 500, ``min_bytes`` 0 -> 1. An isolation level
+outside the enum is ``INVALID_REQUEST``.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from headwater.errors import (
     FencedLeaderEpochError,
     HeadwaterError,
     InvalidFetchSizeError,
+    InvalidRequestError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
@@ -61,6 +71,9 @@ class Chunk:
     high_watermark: int
     log_start_offset: int
     error: BaseException | None = None
+    last_stable_offset: int = -1
+    #: READ_COMMITTED only: ``(producer_id, first_offset)`` overlapping ``data``, ascending.
+    aborted: tuple[tuple[int, int], ...] = ()
 
 
 def _lookup(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> Partition:
@@ -72,6 +85,13 @@ def _lookup(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> Partition:
             f"{req.topic}-{req.partition}: request epoch {wanted}, leader epoch {p.leader_epoch}"
         )
     return p
+
+
+def read_committed(level: int) -> bool:
+    """True for READ_COMMITTED; raises INVALID_REQUEST for a level outside the enum."""
+    if level not in (broker_pb2.READ_UNCOMMITTED, broker_pb2.READ_COMMITTED):
+        raise InvalidRequestError(f"unknown isolation level {level}")
+    return level == broker_pb2.READ_COMMITTED
 
 
 def _check_position(p: Partition, position: int) -> None:
@@ -90,6 +110,7 @@ async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncItera
     min_bytes = max(req.min_bytes, 1)
     max_bytes = req.max_bytes
     p: Partition | None = None
+    committed_only = False
     while True:
         start = position
         pieces: list[bytes] = []
@@ -97,14 +118,15 @@ async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncItera
         try:
             if max_bytes <= 0:
                 raise InvalidFetchSizeError(f"max_bytes must be positive, got {max_bytes}")
+            committed_only = read_committed(req.isolation_level)
             deadline = loop.time() + max_wait
             while True:
                 p = _lookup(rm, req)
                 changed = p.changed()  # captured before checking, so no wake-up is missed
                 _check_position(p, position)
-                hw = p.high_watermark
-                if position < hw and size < max_bytes:
-                    part = await p.read(position, max_bytes - size, hw)
+                bound = p.last_stable_offset if committed_only else p.high_watermark
+                if position < bound and size < max_bytes:
+                    part = await p.read(position, max_bytes - size, bound)
                     if part.data and part.next_offset > position:
                         pieces.append(part.data)
                         size += len(part.data)
@@ -121,6 +143,9 @@ async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncItera
                     await asyncio.wait_for(changed.wait(), remaining)
                 except TimeoutError:
                     break
+            aborted: list[tuple[int, int]] = []
+            if committed_only and position > start:
+                aborted = await p.aborted_transactions(start, position - 1)
         except Exception as exc:
             if not isinstance(exc, HeadwaterError):
                 if p is not None and p.is_leader:
@@ -138,7 +163,15 @@ async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncItera
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if data:
             metrics.BYTES_OUT.labels(req.topic).inc(len(data))
-        yield Chunk(start, data, position, p.high_watermark, p.log_start_offset)
+        yield Chunk(
+            start,
+            data,
+            position,
+            p.high_watermark,
+            p.log_start_offset,
+            last_stable_offset=p.last_stable_offset,
+            aborted=tuple(aborted),
+        )
 
 
 async def handle(
@@ -157,8 +190,12 @@ async def handle(
             return
         yield broker_pb2.FetchResponse(
             high_watermark=c.high_watermark,
-            last_stable_offset=c.high_watermark,
+            last_stable_offset=c.last_stable_offset,
             log_start_offset=c.log_start_offset,
             records=c.data,
             next_offset=c.next_offset,
+            aborted_transactions=[
+                broker_pb2.AbortedTransaction(producer_id=pid, first_offset=first)
+                for pid, first in c.aborted
+            ],
         )

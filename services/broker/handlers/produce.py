@@ -9,7 +9,12 @@ Per partition entry of the request, in order:
    and every CRC — *before* anything is appended (``CORRUPT_MESSAGE``, ``MESSAGE_TOO_LARGE``,
    ``UNSUPPORTED_COMPRESSION_TYPE``);
 3. the batches are appended by the partition's writer (offsets and leader epoch patched,
-   LogAppendTime stamped when the topic asks for it).
+   LogAppendTime stamped when the topic asks for it). Batches with a producer id are first
+   checked against the partition's producer state, in order (docs/transactions.md):
+   ``INVALID_PRODUCER_EPOCH``, ``OUT_OF_ORDER_SEQUENCE_NUMBER``, ``UNKNOWN_PRODUCER_ID``,
+   ``INVALID_TXN_STATE`` fail the entry with nothing of it appended; an entry whose batches
+   are all duplicates of cached ones appends nothing and is answered with success and the
+   **original** base offset (with acks=all, once that offset is committed).
 
 A failing entry gets its error code and appends nothing; the other entries are unaffected.
 Entries for different partitions are appended concurrently. The whole request is refused
