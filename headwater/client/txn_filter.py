@@ -21,22 +21,18 @@ little-endian; value = 6 bytes ``u16 version, i32 coordinator_epoch``.
 from __future__ import annotations
 
 import heapq
-import struct
 from collections.abc import Iterable, Sequence
 
 from headwater.batch import RecordBatch
-
-_CONTROL_KEY = struct.Struct("<HH")
-ABORT = 0
-COMMIT = 1
+from headwater.batch.control import ABORT, CONTROL_KEY
 
 
 def control_type(batch: RecordBatch) -> int | None:
     """ABORT / COMMIT of a control batch (None when its key cannot be read)."""
     keys = batch.keys()
-    if not keys or keys[0] is None or len(keys[0]) < _CONTROL_KEY.size:
+    if not keys or keys[0] is None or len(keys[0]) < CONTROL_KEY.size:
         return None
-    _version, kind = _CONTROL_KEY.unpack_from(keys[0], 0)
+    _version, kind = CONTROL_KEY.unpack_from(keys[0], 0)
     return int(kind)
 
 
