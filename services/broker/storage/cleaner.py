@@ -24,6 +24,12 @@ thread, one log at a time:
    leader epoch and codec; an emptied batch is dropped. Offsets never change: a cleaned log
    has gaps, which readers skip (``Log.read`` returns the next batch; consumers move their
    position to the end of the batch they got).
+   Transactions (docs/transactions.md): the cleanable end never passes the log's first
+   unstable offset, so no batch of an open transaction is read or rewritten. Control
+   batches (markers) are copied as they are and never enter the map. Records of aborted
+   transactions (a transactional batch of a pid inside an aborted range of the txnindex)
+   are dropped and never enter the map, so they cannot shadow a committed value. The
+   txnindex entries of the replaced segments move to the cleaned one (``Log.replace_segments``).
 4. **Swap.** Each staged group replaces its originals with ``Log.replace_segments`` (crash
    protocol in ``swap.py``); then the checkpoint moves to the cleanable end.
 
@@ -35,7 +41,7 @@ lock and takes the lock only for the swap. I/O is throttled by a :class:`Throttl
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from headwater.batch.codec import RecordBatch, encode_batch, set_log_append_time
@@ -112,6 +118,9 @@ def plan(log: Log, now_ms: int, max_offset: int | None = None) -> Plan | None:
     cfg = log.config
     if not cfg.compact_enabled:
         return None
+    unstable = log.first_unstable_offset
+    if unstable is not None:
+        max_offset = unstable if max_offset is None else min(max_offset, unstable)
     snap = log.snapshot()
     sealed = snap.segments[:-1]
     if not sealed:
@@ -212,6 +221,22 @@ def _filter_batch(
     return out, removed
 
 
+def _aborted_ranges(segments: Sequence[LogSegment]) -> dict[int, list[tuple[int, int]]]:
+    """pid -> [(first offset, ABORT marker offset)] of every aborted transaction."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for seg in segments:
+        for e in seg.txn_index.entries():
+            out.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+    return out
+
+
+def _aborted(h: BatchHeader, ranges: dict[int, list[tuple[int, int]]]) -> bool:
+    """Whether ``h`` is a data batch of an aborted transaction."""
+    if not h.is_transactional or h.producer_id not in ranges:
+        return False
+    return any(first <= h.base_offset <= last for first, last in ranges[h.producer_id])
+
+
 def _groups(log: Log, end: int) -> list[tuple[list[LogSegment], list[int], int]]:
     """Runs of consecutive sealed segments below ``end`` fitting segment.bytes (and the u32
     index fields): (segments, their sizes, base of the segment after the run)."""
@@ -257,6 +282,7 @@ def clean_log(
     before = len(snap.segments)
     cfg = log.config
     latest = offset_map.OffsetMap()
+    aborted = _aborted_ranges(snap.segments)
     end = p.end
     read = 0
     for i, seg in enumerate(snap.segments[:-1]):
@@ -270,7 +296,8 @@ def clean_log(
             break
         for h, raw in _batches(seg, snap.sealed_ends[i], thr):
             read += len(raw)
-            latest.add_batch(RecordBatch(raw, h, check_crc=False), p.first_dirty)
+            if not h.is_control and not _aborted(h, aborted):
+                latest.add_batch(RecordBatch(raw, h, check_crc=False), p.first_dirty)
     written = removed = abandoned = 0
     for group, sizes, group_end in _groups(log, end):
         base = group[0].base_offset
@@ -290,7 +317,12 @@ def clean_log(
                 drop = already_clean and now_ms - seg.largest_timestamp() > cfg.delete_retention_ms
                 for h, raw in _batches(seg, size, thr):
                     read += len(raw)
-                    kept, n = _filter_batch(h, raw, latest, drop)
+                    if h.is_control:
+                        kept, n = raw, 0
+                    elif _aborted(h, aborted):
+                        kept, n = None, h.record_count
+                    else:
+                        kept, n = _filter_batch(h, raw, latest, drop)
                     group_removed += n
                     if kept is None:
                         continue

@@ -128,8 +128,8 @@ def delete_above(directory: Path, offset: int) -> None:
 
 
 def delete_below(directory: Path, log_start: int) -> None:
-    """Retention: remove snapshots below ``log_start`` except the newest snapshot."""
-    offs = offsets(directory)
-    for off in offs[:-1]:
-        if off < log_start:
-            path_for(directory, off).unlink(missing_ok=True)
+    """Retention: remove snapshots below ``log_start`` except the newest of them (a rebuild
+    can start there when no snapshot at or above the log start exists)."""
+    below = [off for off in offsets(directory) if off < log_start]
+    for off in below[:-1]:
+        path_for(directory, off).unlink(missing_ok=True)
