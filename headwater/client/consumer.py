@@ -146,7 +146,9 @@ class AsyncConsumer:
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5_000,
         isolation_level: str = "read_uncommitted",
+        address_resolver: Callable[[str], str] | None = None,
     ) -> None:
+        self._address_resolver = address_resolver
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise errors.InvalidConfigError(
                 "isolation_level must be read_uncommitted or read_committed, "
@@ -203,7 +205,7 @@ class AsyncConsumer:
         if self._closed:
             raise ConsumerClosedError("consumer is closed")
         if self._pool is None or self._metadata is None:
-            self._pool = ConnectionPool()
+            self._pool = ConnectionPool(address_resolver=self._address_resolver)
             self._metadata = Metadata(
                 self._pool,
                 self._bootstrap,

@@ -20,7 +20,9 @@ default 1 MiB — Headwater's RPCs are expensive per call, so batches are big);
 before :class:`BufferExhaustedError`; ``compression_type`` none | gzip | lz4 | zstd;
 ``retries``, ``retry_backoff_ms``, ``delivery_timeout_ms`` (120 s); ``max_in_flight`` requests
 per broker (5); ``request_timeout_ms`` (30 s); ``max_request_size`` (8 MiB of batches per
-request); ``client_id``; ``partitioner`` ("default" = CRC-32C, "murmur2", or a callable).
+request); ``client_id``; ``partitioner`` ("default" = CRC-32C, "murmur2", or a callable);
+``address_resolver`` (maps an advertised ``host:port`` to the address to dial: port-forwards,
+NAT, fault proxies; the consumer takes it too).
 
 Idempotence (docs/transactions.md): ``acks`` defaults to "all" (Kafka 3.x) and
 ``enable_idempotence`` (None) is then on: the producer gets a producer id on first use and
@@ -114,7 +116,9 @@ class AsyncProducer:
         enable_idempotence: bool | None = None,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
+        address_resolver: Callable[[str], str] | None = None,
     ) -> None:
+        self._address_resolver = address_resolver
         self._bootstrap = parse_bootstrap(
             bootstrap if isinstance(bootstrap, str) else list(bootstrap)
         )
@@ -190,7 +194,7 @@ class AsyncProducer:
                 return
             self._check_open()
             c = self._cfg
-            self._pool = ConnectionPool()
+            self._pool = ConnectionPool(address_resolver=self._address_resolver)
             self._metadata = Metadata(
                 self._pool,
                 self._bootstrap,
