@@ -3,7 +3,8 @@
     python -m services.coordinator --coordinator-id N --host 127.0.0.1 --port 0 \
         --etcd HOST:PORT [--metrics-port M] [--ready-file PATH] [--lease-ttl S]
         [--offsets-topic-partitions P] [--offsets-topic-replication-factor R]
-        [--offsets-retention-minutes M] [--topic-watch-interval-ms MS] [--log-level L]
+        [--offsets-retention-minutes M] [--topic-watch-interval-ms MS]
+        [--transaction-state-partitions P] [--transaction-max-timeout-ms MS] [--log-level L]
 """
 
 from __future__ import annotations
@@ -52,10 +53,24 @@ def parse(argv: list[str] | None = None) -> Settings:
         default=int(WATCH_INTERVAL_S * 1000),
         help="how often subscribed topics' partition counts are checked (default 2000)",
     )
+    ap.add_argument(
+        "--transaction-state-partitions",
+        type=int,
+        default=8,
+        help="partitions of __transaction_state when this process creates it (default 8)",
+    )
+    ap.add_argument(
+        "--transaction-max-timeout-ms",
+        type=int,
+        default=15 * 60 * 1000,
+        help="largest transaction_timeout_ms InitProducerId accepts (default 900000)",
+    )
     ap.add_argument("--log-level", default="INFO")
     a = ap.parse_args(argv)
     if a.offsets_topic_partitions < 1 or a.offsets_topic_replication_factor < 1:
         ap.error("--offsets-topic-partitions and --offsets-topic-replication-factor must be >= 1")
+    if a.transaction_state_partitions < 1 or a.transaction_max_timeout_ms < 1:
+        ap.error("--transaction-state-partitions and --transaction-max-timeout-ms must be >= 1")
     if a.topic_watch_interval_ms < 100:
         ap.error("--topic-watch-interval-ms must be >= 100")
     if a.lease_ttl < 2 or a.offsets_retention_minutes < 1:
@@ -76,6 +91,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         lease_ttl=a.lease_ttl,
         offsets_retention_ms=a.offsets_retention_minutes * 60_000,
         topic_watch_interval_s=a.topic_watch_interval_ms / 1000,
+        transaction_state_partitions=a.transaction_state_partitions,
+        transaction_max_timeout_ms=a.transaction_max_timeout_ms,
     )
 
 

@@ -1,14 +1,16 @@
 """The coordinator process: etcd, brokers, the offsets topic, ownership, gRPC server, metrics.
 
 Start order in :func:`run`: connect to etcd; wait for at least one registered broker (the
-bootstrap list comes from ``/headwater/brokers/ids/``); create ``__consumer_offsets`` through
-the controller when absent (compacted, RF = min(configured, live brokers),
-min.insync.replicas = min(2, RF)); start the gRPC server (port 0 allowed); register under a
-lease and take partitions (:class:`Ownership`); write the ready file
-``{"port", "metrics_port"}``.
+bootstrap list comes from ``/headwater/brokers/ids/``); create ``__consumer_offsets`` and
+``__transaction_state`` through the controller when absent (compacted, RF = min(configured,
+live brokers), min.insync.replicas = min(2, RF)); start the gRPC server (port 0 allowed;
+GroupCoordinator and TransactionCoordinator); register under a lease and take partitions
+(two :class:`Ownership`: offsets partitions, and transaction-state partitions under
+``/headwater/coordinators/txn_owners/``); write the ready file ``{"port", "metrics_port"}``.
 
 Long-lived tasks (guarded: one that dies stops the process): ``coordinator-ownership`` (owns
-the partition runtimes, each its own task) and ``coordinator-metrics`` (every
+the partition runtimes, each its own task), ``coordinator-txn-ownership`` (the same for
+``__transaction_state``: txn/runtime.py) and ``coordinator-metrics`` (every
 ``metrics_interval_s`` refreshes headwater_group_lag / headwater_group_members from each
 owned partition's snapshot and the partitions' log ends) and ``coordinator-topic-watch``
 (every ``topic_watch_interval_s`` rebalances owned groups whose subscribed topics changed
@@ -30,12 +32,19 @@ import prometheus_client as prom
 from headwater import errors
 from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncProducer
+from headwater.client.connection import ConnectionPool, parse_bootstrap
+from headwater.client.metadata import Metadata
 from headwater.rpc.server import start_server
 from services.controller.app import _connect_etcd, write_ready_file
-from services.coordinator.ownership import Ownership
+from services.coordinator.ownership import TXN_OWNERS_PREFIX, Ownership
 from services.coordinator.runtime import OFFSETS_TOPIC, PartitionLostError, PartitionRuntime
 from services.coordinator.servicer import GroupCoordinatorServicer, measure_ends, register
 from services.coordinator.topic_watch import WATCH_INTERVAL_S, watch_partition_counts
+from services.coordinator.txn import servicer as txn_servicer
+from services.coordinator.txn.handlers import DEFAULT_MAX_TIMEOUT_MS
+from services.coordinator.txn.markers import MarkerWriter
+from services.coordinator.txn.runtime import TXN_TOPIC, TxnRuntime
+from services.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +73,8 @@ class Settings:
     metrics_interval_s: float = 5.0
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     topic_watch_interval_s: float = WATCH_INTERVAL_S
+    transaction_state_partitions: int = 8
+    transaction_max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
 
 
 async def broker_bootstrap(etcd: hetcd.Etcd, timeout_s: float = 60.0) -> list[str]:
@@ -85,11 +96,21 @@ async def broker_bootstrap(etcd: hetcd.Etcd, timeout_s: float = 60.0) -> list[st
 
 async def ensure_offsets_topic(admin: AsyncAdminClient, settings: Settings, brokers: int) -> int:
     """Create the offsets topic if absent; returns its partition count."""
+    return await ensure_internal_topic(
+        admin, OFFSETS_TOPIC, settings.offsets_topic_partitions, settings, brokers
+    )
+
+
+async def ensure_internal_topic(
+    admin: AsyncAdminClient, topic: str, partitions: int, settings: Settings, brokers: int
+) -> int:
+    """Create a compacted internal topic if absent (RF as the offsets topic's); returns its
+    partition count (the existing one when it was there)."""
     rf = max(1, min(settings.offsets_topic_replication_factor, brokers))
     try:
         await admin.create_topic(
-            OFFSETS_TOPIC,
-            partitions=settings.offsets_topic_partitions,
+            topic,
+            partitions=partitions,
             replication_factor=rf,
             configs={
                 "cleanup.policy": "compact",
@@ -97,13 +118,13 @@ async def ensure_offsets_topic(admin: AsyncAdminClient, settings: Settings, brok
                 "segment.bytes": str(1024 * 1024),
             },
         )
-        log.info("created %s (RF %d)", OFFSETS_TOPIC, rf)
+        log.info("created %s (RF %d)", topic, rf)
     except errors.TopicAlreadyExistsError:
         pass
     deadline = asyncio.get_running_loop().time() + 60.0
     while True:  # the brokers learn of a new topic through UpdateMetadata, a little later
         try:
-            for d in await admin.describe_topics([OFFSETS_TOPIC]):
+            for d in await admin.describe_topics([topic]):
                 if d.partitions:
                     return len(d.partitions)
         except errors.UnknownTopicOrPartitionError:
@@ -152,6 +173,9 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     bootstrap = ",".join(brokers)
     admin = AsyncAdminClient(bootstrap, request_timeout_ms=5_000)
     partitions = await ensure_offsets_topic(admin, settings, len(brokers))
+    txn_partitions = await ensure_internal_topic(
+        admin, TXN_TOPIC, settings.transaction_state_partitions, settings, len(brokers)
+    )
     producer = AsyncProducer(
         bootstrap,
         acks="all",
@@ -163,11 +187,16 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     )
     await producer.start()
     ownership: Ownership | None = None
-    servicer = GroupCoordinatorServicer(etcd, lambda: ownership, admin, partitions)
+    txn_ownership: Ownership | None = None
+    servicer = GroupCoordinatorServicer(etcd, lambda: ownership, admin, partitions, txn_partitions)
+    tservicer = txn_servicer.TransactionCoordinatorServicer(lambda: txn_ownership, txn_partitions)
+    pool = ConnectionPool()
+    markers = MarkerWriter(pool, Metadata(pool, parse_bootstrap(bootstrap)), etcd, partitions)
+    allocator = ProducerIdAllocator(etcd)
     server = await start_server(
         host=settings.host,
         port=settings.port,
-        register=[register(servicer)],
+        register=[register(servicer), txn_servicer.register(tservicer)],
         service="coordinator",
         metrics_port=settings.metrics_port,
     )
@@ -186,6 +215,18 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             on_rebalance=lambda g, _ms: REBALANCES.labels(g).inc(),
         )
 
+    def make_txn_runtime(p: int, epoch: int) -> TxnRuntime:
+        return TxnRuntime(
+            partition=p,
+            epoch=epoch,
+            coordinator_id=settings.coordinator_id,
+            producer=producer,
+            bootstrap=bootstrap,
+            allocator=allocator,
+            markers=markers,
+            max_timeout_ms=settings.transaction_max_timeout_ms,
+        )
+
     ownership = Ownership(
         etcd,
         coordinator_id=settings.coordinator_id,
@@ -200,8 +241,18 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         lease_ttl=settings.lease_ttl,
         on_lease_lost=stop.set,
     )
+    txn_ownership = Ownership(
+        etcd,
+        coordinator_id=settings.coordinator_id,
+        registration=None,  # the group Ownership registers this process
+        partitions=txn_partitions,
+        make_runtime=make_txn_runtime,
+        owners_prefix=TXN_OWNERS_PREFIX,
+        task_prefix="coordinator-txn-partition",
+    )
     tasks = [
         asyncio.create_task(ownership.run(), name="coordinator-ownership"),
+        asyncio.create_task(txn_ownership.run(), name="coordinator-txn-ownership"),
         asyncio.create_task(
             refresh_metrics(ownership, admin, settings.metrics_interval_s),
             name="coordinator-metrics",
@@ -232,6 +283,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             await asyncio.wait_for(producer.close(), 3)
         with contextlib.suppress(Exception):
             await admin.close()
+        with contextlib.suppress(Exception):
+            await pool.close()
         await etcd.close()
 
 

@@ -80,6 +80,26 @@ class Offset:
     metadata: str
     commit_timestamp: int
 
+    def value(self, **extra: int) -> bytes:
+        """The JSON value of an offset record (``extra``: "producer_epoch" when pending)."""
+        return json.dumps(
+            {
+                "offset": self.offset,
+                "leader_epoch": self.leader_epoch,
+                "metadata": self.metadata,
+                "commit_timestamp": self.commit_timestamp,
+                **extra,
+            }
+        ).encode()
+
+
+@dataclass(frozen=True)
+class PendingOffset:
+    """A transactional offset awaiting its transaction's outcome (records.py)."""
+
+    offset: Offset
+    producer_epoch: int
+
 
 @dataclass
 class Group:
@@ -92,6 +112,8 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     offsets: dict[tuple[str, int], Offset] = field(default_factory=dict)
     has_metadata: bool = False  # a group record exists (not only offsets)
+    #: (topic, partition, producer id) -> pending transactional offset
+    pending: dict[tuple[str, int, int], PendingOffset] = field(default_factory=dict)
     # volatile
     rebalance_deadline_ms: int = 0
     rebalance_started_ms: int = 0
@@ -137,9 +159,19 @@ class Group:
                 json.dumps(m.durable(), sort_keys=True) for m in self.members.values()
             ),
             "offsets": dict(sorted(self.offsets.items())),
+            "pending": dict(sorted(self.pending.items())),
             "has_metadata": self.has_metadata,
             "assigned": self.state is GroupState.STABLE,
         }
+
+
+def _offset(v: dict[str, object]) -> Offset:
+    return Offset(
+        int(v["offset"]),  # type: ignore[call-overload]
+        int(v["leader_epoch"]),  # type: ignore[call-overload]
+        str(v["metadata"]),
+        int(v["commit_timestamp"]),  # type: ignore[call-overload]
+    )
 
 
 def state_from_durable(group: Group, assigned: bool) -> GroupState:
@@ -172,15 +204,12 @@ class GroupTable:
             o = None if g is None else g.offsets.get((d.topic, d.partition))
             if o is None:
                 return rec.Record(key, None, epoch)
-            value = json.dumps(
-                {
-                    "offset": o.offset,
-                    "leader_epoch": o.leader_epoch,
-                    "metadata": o.metadata,
-                    "commit_timestamp": o.commit_timestamp,
-                }
-            ).encode()
-            return rec.Record(key, value, epoch)
+            return rec.Record(key, o.value(), epoch)
+        if d.kind == "pending":
+            po = None if g is None else g.pending.get((d.topic, d.partition, d.producer_id))
+            if po is None:
+                return rec.Record(key, None, epoch)
+            return rec.Record(key, po.offset.value(producer_epoch=po.producer_epoch), epoch)
         if g is None or not g.has_metadata:
             return rec.Record(key, None, epoch)
         value = g.durable_value(
@@ -213,12 +242,20 @@ class GroupTable:
             if g is None or g.state is GroupState.DEAD:
                 g = self.groups[d.group] = Group(d.group)
             v = d.value
-            g.offsets[(d.topic, d.partition)] = Offset(
-                int(v["offset"]),  # type: ignore[call-overload]
-                int(v["leader_epoch"]),  # type: ignore[call-overload]
-                str(v["metadata"]),
-                int(v["commit_timestamp"]),  # type: ignore[call-overload]
-            )
+            g.offsets[(d.topic, d.partition)] = _offset(v)
+            return True
+        if d.kind == "pending":
+            g = self.groups.get(d.group)
+            pk = (d.topic, d.partition, d.producer_id)
+            if d.value is None:
+                if g is not None:
+                    g.pending.pop(pk, None)
+                    self._drop_if_dead(g)
+                return True
+            if g is None or g.state is GroupState.DEAD:
+                g = self.groups[d.group] = Group(d.group)
+            pe = int(d.value["producer_epoch"])  # type: ignore[call-overload]
+            g.pending[pk] = PendingOffset(_offset(d.value), pe)
             return True
         # group metadata
         if d.value is None:
@@ -262,7 +299,7 @@ class GroupTable:
         return True
 
     def _drop_if_dead(self, g: Group) -> None:
-        if not g.has_metadata and not g.offsets and not g.members:
+        if not g.has_metadata and not g.offsets and not g.members and not g.pending:
             g.state = GroupState.DEAD
             del self.groups[g.group_id]
 

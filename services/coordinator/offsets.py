@@ -114,9 +114,22 @@ def fetch(table: GroupTable, req: pb.OffsetFetchRequest) -> pb.OffsetFetchRespon
         wanted = [(tp.topic, p) for tp in req.partitions for p in tp.partitions]
     else:
         wanted = sorted(offsets)
+    unstable = (
+        {(t, p) for t, p, _pid in g.pending} if g is not None and req.require_stable else set()
+    )
     for topic, p in wanted:
         o = offsets.get((topic, p))
-        if o is None:
+        if (topic, p) in unstable:
+            resp.offsets.append(
+                pb.CommittedOffset(
+                    topic=topic,
+                    partition=p,
+                    offset=-1,
+                    leader_epoch=-1,
+                    error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                )
+            )
+        elif o is None:
             resp.offsets.append(
                 pb.CommittedOffset(topic=topic, partition=p, offset=-1, leader_epoch=-1)
             )

@@ -6,6 +6,11 @@ etcd layout::
                                           under this process's lease (ttl ``lease_ttl``)
     /headwater/coordinators/owners/<p>    {"coordinator_id", "epoch"}  (no lease: the epoch
                                           history must survive the owner)
+    /headwater/coordinators/txn_owners/<p>  the same for ``__transaction_state`` partitions
+
+One process runs two :class:`Ownership` instances over the same live ids: the group one
+(``__consumer_offsets``, owners prefix ``OWNERS_PREFIX``) registers the id under the lease;
+the transaction one (``TXN_OWNERS_PREFIX``, ``registration=None``) only follows the ids.
 
 Assignment: partition ``p`` belongs to ``sorted(live ids)[p % n]``. Taking ``p``: read the
 owners key, write epoch = previous + 1 with a transaction comparing the mod revision read
@@ -29,15 +34,17 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from headwater import etcd as hetcd
 from headwater.client.partitioner import crc32c_partition
-from services.coordinator.runtime import PartitionRuntime
+from services.coordinator.log_runtime import LogRuntime
 
 log = logging.getLogger(__name__)
 
 IDS_PREFIX = "/headwater/coordinators/ids/"
 OWNERS_PREFIX = "/headwater/coordinators/owners/"
+TXN_OWNERS_PREFIX = "/headwater/coordinators/txn_owners/"
 
 
 def partition_for(group_id: str, partitions: int) -> int:
@@ -62,9 +69,11 @@ async def live_ids(etcd: hetcd.Etcd) -> list[int]:
     return sorted(out)
 
 
-async def owner_of(etcd: hetcd.Etcd, partition: int) -> dict[str, object] | None:
+async def owner_of(
+    etcd: hetcd.Etcd, partition: int, owners_prefix: str = OWNERS_PREFIX
+) -> dict[str, object] | None:
     """The live owner's registration ({"coordinator_id", "host", "port", ...}) or None."""
-    got = await etcd.get(f"{OWNERS_PREFIX}{partition}")
+    got = await etcd.get(f"{owners_prefix}{partition}")
     if got is None:
         return None
     try:
@@ -89,16 +98,21 @@ class Ownership:
         etcd: hetcd.Etcd,
         *,
         coordinator_id: int,
-        registration: dict[str, object],
+        registration: dict[str, object] | None,
         partitions: int,
-        make_runtime: Callable[[int, int], PartitionRuntime],
+        make_runtime: Callable[[int, int], LogRuntime[Any]],
         lease_ttl: int = 5,
         on_lease_lost: Callable[[], None] | None = None,
+        owners_prefix: str = OWNERS_PREFIX,
+        task_prefix: str = "coordinator-partition",
     ) -> None:
+        """``registration=None``: do not register (another Ownership of this process does)."""
         self.etcd = etcd
         self.coordinator_id = coordinator_id
         self.partitions = partitions
-        self.runtimes: dict[int, PartitionRuntime] = {}
+        self.runtimes: dict[int, LogRuntime[Any]] = {}
+        self._owners_prefix = owners_prefix
+        self._task_prefix = task_prefix
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._registration = registration
         self._make_runtime = make_runtime
@@ -108,15 +122,16 @@ class Ownership:
         self._wake = asyncio.Event()
 
     async def run(self) -> None:
-        self._lease = await self.etcd.grant_lease(
-            self._lease_ttl, on_lost=self._on_lease_lost, name="coordinator-lease"
-        )
-        await self.etcd.put(
-            f"{IDS_PREFIX}{self.coordinator_id}",
-            json.dumps(self._registration),
-            lease=self._lease,
-        )
-        watcher = asyncio.create_task(self._watch(), name="coordinator-ids-watch")
+        if self._registration is not None:
+            self._lease = await self.etcd.grant_lease(
+                self._lease_ttl, on_lost=self._on_lease_lost, name="coordinator-lease"
+            )
+            await self.etcd.put(
+                f"{IDS_PREFIX}{self.coordinator_id}",
+                json.dumps(self._registration),
+                lease=self._lease,
+            )
+        watcher = asyncio.create_task(self._watch(), name=f"{self._task_prefix}-ids-watch")
         try:
             while True:
                 try:
@@ -172,19 +187,19 @@ class Ownership:
         """``{partition: (coordinator_id, epoch)}`` as etcd records it now. A runtime whose
         pair is not there was superseded (another coordinator bumped the epoch, perhaps
         without ever writing its marker): it must not go on serving."""
-        snap = await self.etcd.get_prefix(OWNERS_PREFIX)
+        snap = await self.etcd.get_prefix(self._owners_prefix)
         out: dict[int, tuple[int, int]] = {}
         for kv in snap.items:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 value = json.loads(kv.value)
-                out[int(kv.key[len(OWNERS_PREFIX) :])] = (
+                out[int(kv.key[len(self._owners_prefix) :])] = (
                     int(value["coordinator_id"]),
                     int(value["epoch"]),
                 )
         return out
 
     async def _take(self, p: int) -> None:
-        key = f"{OWNERS_PREFIX}{p}"
+        key = f"{self._owners_prefix}{p}"
         got = await self.etcd.get(key)
         if got is None:
             epoch, cmp = 1, hetcd.cmp_absent(key)
@@ -201,8 +216,14 @@ class Ownership:
             return
         rt = self._make_runtime(p, epoch)
         self.runtimes[p] = rt
-        self._tasks[p] = asyncio.create_task(rt.run(), name=f"coordinator-partition-{p}-e{epoch}")
-        log.info("coordinator %d took partition %d at epoch %d", self.coordinator_id, p, epoch)
+        self._tasks[p] = asyncio.create_task(rt.run(), name=f"{self._task_prefix}-{p}-e{epoch}")
+        log.info(
+            "coordinator %d took %s %d at epoch %d",
+            self.coordinator_id,
+            self._task_prefix,
+            p,
+            epoch,
+        )
 
     async def _release(self, p: int) -> None:
         task = self._tasks.pop(p)

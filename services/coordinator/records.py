@@ -11,6 +11,16 @@ Layout (keys chosen so that compaction keeps exactly the latest record of each t
     b"o\\0" + group + b"\\0" + topic + b"\\0" + p  {"offset", "leader_epoch", "metadata",
                                                  "commit_timestamp"}
     b"e\\0" + epoch                            {"epoch", "coordinator_id"}  (epoch marker)
+    b"p\\0" + group + b"\\0" + topic + b"\\0" + p + b"\\0" + pid
+                                               a PENDING transactional offset (TxnOffsetCommit):
+                                               {"offset", "leader_epoch", "metadata",
+                                                "commit_timestamp", "producer_epoch"}
+
+Pending offsets (docs/transactions.md, "Transactional offsets") are invisible to OffsetFetch.
+WriteTxnOffsetMarker resolves those of one (group, pid) written at an epoch below the marker's:
+commit appends ordinary offset records with their values and a tombstone per pending key,
+abort only the tombstones — so replay needs no notion of markers and a retried marker finds
+nothing left to resolve.
 
 Group metadata value: ``{"generation", "protocol_type", "protocol", "leader",
 "assigned": bool, "members": [{"member_id", "instance_id", "client_id",
@@ -60,6 +70,11 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
     return b"o\x00" + group.encode() + b"\x00" + topic.encode() + b"\x00" + str(partition).encode()
 
 
+def pending_key(group: str, topic: str, partition: int, producer_id: int) -> bytes:
+    tail = group.encode() + b"\x00" + topic.encode() + b"\x00" + str(partition).encode()
+    return b"p\x00" + tail + b"\x00" + str(producer_id).encode()
+
+
 def marker(epoch: int, coordinator_id: int) -> Record:
     value = json.dumps({"epoch": epoch, "coordinator_id": coordinator_id}).encode()
     return Record(MARKER_PREFIX + str(epoch).encode(), value, epoch)
@@ -75,7 +90,8 @@ def unb64(text: str) -> bytes:
 
 @dataclass(frozen=True)
 class Decoded:
-    """One record of the offsets topic, parsed: ``kind`` "group" | "offset" | "marker"."""
+    """One record of the offsets topic, parsed: ``kind`` "group" | "offset" | "pending" |
+    "marker" (``producer_id`` only for "pending")."""
 
     kind: str
     group: str = ""
@@ -83,6 +99,7 @@ class Decoded:
     partition: int = -1
     value: dict[str, object] | None = None
     epoch: int = -1
+    producer_id: int = -1
 
 
 class BadRecordError(ValueError):
@@ -111,6 +128,19 @@ def decode(key: bytes | None, value: bytes | None, epoch: int) -> Decoded:
             partition=int(parts[2]),
             value=body,
             epoch=epoch,
+        )
+    if kind == b"p":
+        parts = key[2:].split(b"\x00")
+        if len(parts) != 4:
+            raise BadRecordError(f"bad pending offset key {key!r}")
+        return Decoded(
+            "pending",
+            group=parts[0].decode(),
+            topic=parts[1].decode(),
+            partition=int(parts[2]),
+            value=body,
+            epoch=epoch,
+            producer_id=int(parts[3]),
         )
     raise BadRecordError(f"unknown offsets-topic record kind {key!r}")
 

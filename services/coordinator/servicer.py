@@ -2,7 +2,10 @@
 
 A group lives in offsets-topic partition ``partition_for(group, P)``. FindCoordinator may be
 asked of any coordinator: it reads the partition's owner from etcd (owners + live ids) and
-answers COORDINATOR_NOT_AVAILABLE while there is none. Every other RPC goes to the owned
+answers COORDINATOR_NOT_AVAILABLE while there is none; with ``key_type = TRANSACTION`` it
+answers the owner of ``__transaction_state`` partition ``partition_for(transactional_id,
+txn_partitions)`` (txn owners prefix). TxnOffsetCommit / WriteTxnOffsetMarker are routed like
+OffsetCommit (txn_offsets.py). Every other RPC goes to the owned
 :class:`PartitionRuntime` (which answers after its records are durable and replayed), or is
 answered NOT_COORDINATOR in-band when this process does not own the partition. ListGroups
 covers only the groups of partitions owned here (clients merge over coordinators).
@@ -61,8 +64,10 @@ class GroupCoordinatorServicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
         ownership: Callable[[], own.Ownership | None],
         admin: AsyncAdminClient,
         partitions: int,
+        txn_partitions: int = 0,
     ) -> None:
         self._etcd = etcd
+        self.txn_partitions = txn_partitions
         self._ownership = ownership
         self._admin = admin
         self.partitions = partitions
@@ -85,17 +90,29 @@ class GroupCoordinatorServicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
     async def FindCoordinator(
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindCoordinatorResponse:
+        txn = request.key_type == pb.TRANSACTION
         if not valid_group_id(request.group_id):
             return pb.FindCoordinatorResponse(
-                error_code=ErrorCode.INVALID_GROUP_ID, error_message="invalid group id"
+                error_code=ErrorCode.INVALID_REQUEST if txn else ErrorCode.INVALID_GROUP_ID,
+                error_message="invalid transactional id" if txn else "invalid group id",
             )
-        p = own.partition_for(request.group_id, self.partitions)
+        if txn and self.txn_partitions < 1:
+            return pb.FindCoordinatorResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message="this coordinator runs no transaction coordinator",
+            )
+        n, prefix = (
+            (self.txn_partitions, own.TXN_OWNERS_PREFIX)
+            if txn
+            else (self.partitions, own.OWNERS_PREFIX)
+        )
+        p = own.partition_for(request.group_id, n)
         try:
-            reg = await own.owner_of(self._etcd, p)
+            reg = await own.owner_of(self._etcd, p, prefix)
         except hetcd.EtcdError as exc:
             reg, why = None, str(exc)
         else:
-            why = f"offsets partition {p} has no live owner"
+            why = f"{'transaction-state' if txn else 'offsets'} partition {p} has no live owner"
         if reg is None:
             return pb.FindCoordinatorResponse(
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -129,6 +146,14 @@ class GroupCoordinatorServicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
 
     async def OffsetFetch(self, request: pb.OffsetFetchRequest, context: Any) -> Any:
         return await self._route("fetch", request.group_id, request)
+
+    async def TxnOffsetCommit(self, request: pb.TxnOffsetCommitRequest, context: Any) -> Any:
+        return await self._route("txn_commit", request.group_id, request)
+
+    async def WriteTxnOffsetMarker(
+        self, request: pb.WriteTxnOffsetMarkerRequest, context: Any
+    ) -> Any:
+        return await self._route("txn_marker", request.group_id, request)
 
     async def DescribeGroups(
         self, request: pb.DescribeGroupsRequest, context: Any

@@ -35,11 +35,13 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from headwater import errors
 from headwater.client import AsyncAdminClient
+from services.coordinator.log_runtime import LogRuntime, PartitionLostError
 from services.coordinator.ownership import Ownership
-from services.coordinator.runtime import GroupSnapshot, PartitionLostError, PartitionRuntime
+from services.coordinator.runtime import GroupSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +123,7 @@ async def watch_partition_counts(
             log.debug("topic watch: metadata unavailable: %s", exc)
             continue
         counts = {name: len(t.partitions) for name, t in view.topics.items()}
-        owner: dict[str, PartitionRuntime] = {}
+        owner: dict[str, LogRuntime[Any]] = {}
         snaps: list[GroupTopics] = []
         for rt in list(ownership.runtimes.values()):
             if not rt.loaded.is_set():

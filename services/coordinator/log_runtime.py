@@ -1,0 +1,281 @@
+"""The machinery shared by every coordinator partition runtime: one owned partition of an
+internal compacted topic (``__consumer_offsets``, ``__transaction_state``), its table replayed
+from the log, a tail reader and a request queue.
+
+:class:`LogRuntime` runs as ONE asyncio task (``<name>-<p>-e<epoch>``) that owns everything
+mutable of the partition: the table, the parked requests and the tail consumer. Other tasks
+talk to it only through :meth:`LogRuntime.submit` (a queue).
+
+Lifecycle:
+
+1. **load**: assign the tail consumer to the partition from the beginning, append an epoch
+   marker (acks=all) with the producer, replay every committed record (the consumer only
+   receives records below the high watermark) with ``table.replay`` until the marker itself
+   has been applied; requests submitted meanwhile wait in the queue; then :meth:`_on_loaded`;
+2. **serve**: one request at a time: :meth:`_handle` runs a pure handler to get an
+   :class:`Outcome` and passes it to :meth:`_commit`, which appends the outcome's records
+   (acks=all, one producer, in order), reads the tail until the replayed position passes the
+   last appended offset, then answers (or parks the request under ``Outcome.wait``) and
+   answers parked requests named in ``Outcome.replies``. Every ``TICK_S``
+   :meth:`_periodic` runs (timers) the same way;
+3. **stop** (released by ownership, fenced, or a failed append): :meth:`_on_stop`, then every
+   queued and parked request is answered by :meth:`_not_coordinator`. Fencing: a marker with a
+   higher epoch read by the tail (another coordinator took the partition), or an append /
+   read-back that did not succeed within ``append_timeout_s`` (state may then diverge from
+   the log: the only safe move is to give the partition up; ownership retakes it with a new
+   epoch and reloads).
+
+The table (:class:`ReplayTable`) is the only state that records change: ``replay(key, value,
+epoch, now_ms) -> bool`` (False: a fenced late write, ignored), ``marker_epoch`` /
+``marker_owner`` (the highest epoch marker seen) and ``current_record(key, epoch)`` (the
+record that restates the key's valid value: the repair of a fenced late write, records.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from headwater.client import AsyncConsumer, AsyncProducer, TopicPartition
+from services.coordinator import records as rec
+from services.coordinator.outcome import Outcome, WaitKey
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.15
+
+
+class PartitionLostError(Exception):
+    """The partition is no longer served by this runtime (released or fenced)."""
+
+
+class ReplayTable(Protocol):
+    marker_epoch: int
+    marker_owner: int
+
+    def replay(self, key: bytes | None, value: bytes | None, epoch: int, now_ms: int) -> bool: ...
+
+    def current_record(self, key: bytes, epoch: int) -> rec.Record: ...
+
+
+TableT = TypeVar("TableT", bound=ReplayTable)
+
+
+@dataclass
+class Request:
+    kind: str
+    request: Any
+    future: asyncio.Future[Any]
+
+
+class LogRuntime(Generic[TableT]):
+    """See the module docstring. Subclasses give the table and the handlers."""
+
+    def __init__(
+        self,
+        *,
+        partition: int,
+        epoch: int,
+        coordinator_id: int,
+        producer: AsyncProducer,
+        bootstrap: str,
+        topic: str,
+        table: TableT,
+        append_timeout_s: float = 15.0,
+    ) -> None:
+        self.partition = partition
+        self.epoch = epoch
+        self.coordinator_id = coordinator_id
+        self.topic = topic
+        self.loaded = asyncio.Event()
+        self.stopped = False
+        self._producer = producer
+        self._bootstrap = bootstrap
+        self._append_timeout_s = append_timeout_s
+        self._queue: asyncio.Queue[Request] = asyncio.Queue()
+        self._parked: dict[WaitKey, Request] = {}
+        self._table: TableT = table
+        self._applied = 0  # the next offset the tail will deliver (replayed position)
+        self._fenced_keys: set[bytes] = set()  # keys whose latest read record replay ignored
+        self._consumer: AsyncConsumer | None = None
+
+    # ------------------------------------------------------------ hooks
+
+    def _not_coordinator(self, kind: str, request: Any) -> Any:
+        """The in-band NOT_COORDINATOR answer for ``kind`` (raise PartitionLostError for
+        internal requests)."""
+        raise PartitionLostError("not the coordinator")
+
+    async def _handle(self, req: Request) -> None:
+        raise NotImplementedError
+
+    async def _periodic(self) -> None:
+        """Timers, every TICK_S while serving."""
+
+    def _on_loaded(self) -> None:
+        """Called once the load replay is done (before serving)."""
+
+    def _on_stop(self) -> None:
+        """Called once when the runtime stops (before queued requests are answered)."""
+
+    def _summary(self) -> str:
+        return ""
+
+    # ------------------------------------------------------------ other tasks' side
+
+    async def submit(self, kind: str, request: Any) -> Any:
+        """Queue a request for the owning task and wait for its answer."""
+        if self.stopped:
+            return self._not_coordinator(kind, request)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(Request(kind, request, fut))
+        return await fut
+
+    def post(self, kind: str, request: Any) -> None:
+        """Queue an internal request whose answer nobody waits for."""
+        if not self.stopped:
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._queue.put_nowait(Request(kind, request, fut))
+
+    # ------------------------------------------------------------ the owning task
+
+    async def run(self) -> None:
+        """Load, then serve until cancelled or fenced; always answers what is left."""
+        tp = TopicPartition(self.topic, self.partition)
+        self._consumer = AsyncConsumer(
+            self._bootstrap,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=100,
+            enable_auto_commit=False,
+        )
+        try:
+            self._consumer.assign([tp])
+            await self._consumer.seek_to_beginning(tp)
+            await self._commit(Outcome(records=[rec.marker(self.epoch, self.coordinator_id)]))
+            if self._table.marker_epoch != self.epoch:
+                raise PartitionLostError(f"fenced at load by epoch {self._table.marker_epoch}")
+            self.loaded.set()
+            log.info(
+                "%s partition %d loaded at epoch %d (%s, position %d)",
+                self.topic, self.partition, self.epoch, self._summary(), self._applied,
+            )  # fmt: skip
+            self._on_loaded()
+            await self._serve()
+        except PartitionLostError as exc:
+            log.warning(
+                "%s partition %d epoch %d given up: %s", self.topic, self.partition, self.epoch, exc
+            )
+        finally:
+            self._shutdown()
+            with contextlib.suppress(Exception):
+                await self._consumer.close()
+
+    def _shutdown(self) -> None:
+        self.stopped = True
+        self._on_stop()
+        for r in self._parked.values():
+            self._answer_lost(r)
+        self._parked.clear()
+        while not self._queue.empty():
+            self._answer_lost(self._queue.get_nowait())
+
+    def _answer_lost(self, r: Request) -> None:
+        if r.future.done():
+            return
+        try:
+            r.future.set_result(self._not_coordinator(r.kind, r.request))
+        except PartitionLostError as exc:
+            r.future.set_exception(exc)
+
+    async def _serve(self) -> None:
+        next_tick = time.monotonic() + TICK_S
+        while True:
+            await self._read(timeout_ms=0)
+            timeout = max(0.0, next_tick - time.monotonic())
+            try:
+                req: Request | None = await asyncio.wait_for(self._queue.get(), timeout)
+            except TimeoutError:
+                req = None
+            if req is not None:
+                if not req.future.done():
+                    await self._handle(req)
+                continue
+            next_tick = time.monotonic() + TICK_S
+            await self._periodic()
+
+    async def _commit(self, out: Outcome, req: Request | None = None) -> None:
+        """Append ``out.records``, wait until replayed, then answer / park / reply."""
+        if out.records:
+            last = await self._append(out.records)
+            deadline = time.monotonic() + self._append_timeout_s
+            while self._applied <= last:
+                if time.monotonic() >= deadline:
+                    raise PartitionLostError(f"offset {last} not read back in time")
+                await self._read(timeout_ms=200)
+        if req is not None:
+            if out.wait is not None:
+                self._parked[out.wait] = req
+            elif not req.future.done():
+                req.future.set_result(out.response)
+        for key, resp in out.replies:
+            parked = self._parked.pop(key, None)
+            if parked is not None and not parked.future.done():
+                parked.future.set_result(resp)
+
+    async def _append(self, records: list[rec.Record]) -> int:
+        futures = []
+        try:
+            for r in records:
+                futures.append(
+                    await self._producer.send(
+                        self.topic,
+                        r.value,
+                        r.key,
+                        partition=self.partition,
+                        headers=r.headers,
+                    )
+                )
+            done = await asyncio.wait_for(asyncio.gather(*futures), self._append_timeout_s)
+        except Exception as exc:
+            for f in futures:
+                f.cancel()
+            raise PartitionLostError(f"append failed: {exc!r}") from exc
+        return max(md.offset for md in done)
+
+    async def _read(self, timeout_ms: int) -> None:
+        assert self._consumer is not None
+        for r in await self._consumer.poll(timeout_ms=timeout_ms, max_records=10_000):
+            try:
+                applied = self._table.replay(
+                    r.key, r.value, rec.epoch_of(r.headers), int(time.time() * 1000)
+                )
+                if not applied and r.key is not None:
+                    self._fenced_keys.add(r.key)
+            except (rec.BadRecordError, ValueError, KeyError) as exc:
+                log.error("%s[%d]: bad record at %d: %r", self.topic, self.partition, r.offset, exc)
+            self._applied = max(self._applied, r.offset + 1)
+        if self._table.marker_epoch > self.epoch:
+            raise PartitionLostError(
+                f"coordinator {self._table.marker_owner} took over at epoch "
+                f"{self._table.marker_epoch}"
+            )
+        if self._fenced_keys and self._table.marker_epoch == self.epoch:
+            await self._repair()
+
+    async def _repair(self) -> None:
+        """Restate every key whose latest record is a fenced late write (records.py): under
+        compaction that record would otherwise survive and shadow the valid value."""
+        keys, self._fenced_keys = sorted(self._fenced_keys), set()
+        log.warning(
+            "%s[%d]: %d fenced late write(s) read; restating their keys at epoch %d",
+            self.topic,
+            self.partition,
+            len(keys),
+            self.epoch,
+        )
+        await self._append([self._table.current_record(k, self.epoch) for k in keys])

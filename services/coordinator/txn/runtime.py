@@ -1,0 +1,198 @@
+"""One owned partition of ``__transaction_state``: its TxnTable, handlers and marker tasks.
+
+:class:`TxnRuntime` is a :class:`~services.coordinator.log_runtime.LogRuntime` (one task per
+owned partition: epoch marker, replay, append-then-read-back before answering, fencing) whose
+table is a :class:`TxnTable` and whose requests are the transaction coordinator's (kinds
+``init``, ``add_partitions``, ``add_offsets``, ``end``, ``describe``, ``list``, and the
+internal ``complete``). Handlers are pure (txn/handlers.py); producer ids they need are
+allocated here first (``ProducerIdAllocator``, etcd).
+
+Marker tasks (``txn-markers-<transactional id>``, at most one per id) are started by this
+task after a Prepare* record is durable — by EndTxn, by a fencing InitProducerId, by the
+timeout tick, and at load for every Prepare* transaction replayed — and run
+:meth:`MarkerWriter.write`; when it returns they ``post`` a ``complete`` request back to this
+task, which persists Complete* and answers the parked EndTxn. They touch no state of the
+runtime and are cancelled when it stops (the next owner restarts them from the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from headwater import etcd as hetcd
+from headwater.client import AsyncProducer
+from headwater.v1 import transaction_pb2 as tpb
+from headwater.v1.errors_pb2 import ErrorCode
+from services.coordinator.log_runtime import LogRuntime, PartitionLostError, Request
+from services.coordinator.outcome import Outcome
+from services.coordinator.txn import handlers as h
+from services.coordinator.txn.markers import MarkerWriter
+from services.coordinator.txn.state import MAX_EPOCH, TxnState, TxnTable
+from services.producer_ids import ProducerIdAllocator
+
+log = logging.getLogger(__name__)
+
+TXN_TOPIC = "__transaction_state"
+
+
+def txn_error(kind: str, code: int, msg: str) -> Any:
+    """An in-band error answer for a request of ``kind``."""
+    if kind == "init":
+        return tpb.InitProducerIdResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
+    if kind == "add_partitions":
+        return tpb.AddPartitionsToTxnResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
+    if kind == "add_offsets":
+        return tpb.AddOffsetsToTxnResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
+    if kind == "end":
+        return tpb.EndTxnResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
+    if kind == "list":
+        return tpb.ListTransactionsResponse(error_code=code)  # type: ignore[arg-type]
+    raise PartitionLostError(msg)
+
+
+def not_coordinator(kind: str, request: Any) -> Any:
+    if kind == "describe":
+        return [
+            tpb.DescribedTransaction(transactional_id=t, error_code=ErrorCode.NOT_COORDINATOR)
+            for t in request
+        ]
+    return txn_error(kind, ErrorCode.NOT_COORDINATOR, "not the transaction coordinator")
+
+
+class TxnRuntime(LogRuntime[TxnTable]):
+    """See the module docstring. Create, then run :meth:`run` as a task."""
+
+    def __init__(
+        self,
+        *,
+        partition: int,
+        epoch: int,
+        coordinator_id: int,
+        producer: AsyncProducer,
+        bootstrap: str,
+        allocator: ProducerIdAllocator,
+        markers: MarkerWriter,
+        max_timeout_ms: int = h.DEFAULT_MAX_TIMEOUT_MS,
+        topic: str = TXN_TOPIC,
+        append_timeout_s: float = 15.0,
+    ) -> None:
+        super().__init__(
+            partition=partition,
+            epoch=epoch,
+            coordinator_id=coordinator_id,
+            producer=producer,
+            bootstrap=bootstrap,
+            topic=topic,
+            table=TxnTable(),
+            append_timeout_s=append_timeout_s,
+        )
+        self._allocator = allocator
+        self._markers = markers
+        self._max_timeout_ms = max_timeout_ms
+        self._jobs: dict[str, tuple[h.MarkerJob, asyncio.Task[None]]] = {}
+
+    # ------------------------------------------------------------ hooks
+
+    def _not_coordinator(self, kind: str, request: Any) -> Any:
+        return not_coordinator(kind, request)
+
+    def _summary(self) -> str:
+        return f"{len(self._table.txns)} transactional ids"
+
+    def _on_loaded(self) -> None:
+        for job in h.preparing_jobs(self._table):
+            log.info("txn %s: finishing %s after load", job.transactional_id, job)
+            self._start(job)
+
+    def _on_stop(self) -> None:
+        for _job, task in self._jobs.values():
+            task.cancel()
+        self._jobs.clear()
+
+    def _ctx(self, new_pid: int = -1) -> h.TxnCtx:
+        return h.TxnCtx(
+            now_ms=int(time.time() * 1000),
+            epoch=self.epoch,
+            max_timeout_ms=self._max_timeout_ms,
+            new_producer_id=new_pid,
+        )
+
+    async def _new_pid(self, kind: str, txn_id: str) -> int:
+        return await self._allocator.next_id() if h.needs_new_pid(self._table, kind, txn_id) else -1
+
+    async def _periodic(self) -> None:
+        now = int(time.time() * 1000)
+        near_max = any(
+            m.state is TxnState.ONGOING
+            and m.start_ms + m.timeout_ms <= now
+            and m.producer_epoch + 1 >= MAX_EPOCH
+            for m in self._table.txns.values()
+        )
+        try:
+            pid = await self._allocator.next_id() if near_max else -1
+        except hetcd.EtcdError as exc:
+            log.warning("producer id allocation failed: %s", exc)
+            pid = -1
+        out, jobs = h.tick(self._table, self._ctx(pid))
+        for job in jobs:
+            log.info("txn %s timed out: aborting", job.transactional_id)
+        await self._commit(out)
+        for job in jobs:
+            self._start(job)
+
+    async def _handle(self, req: Request) -> None:
+        t, r, kind = self._table, req.request, req.kind
+        jobs: list[h.MarkerJob] = []
+        if kind in ("init", "end"):
+            try:
+                pid = await self._new_pid(kind, r.transactional_id)
+            except hetcd.EtcdError as exc:
+                msg = f"producer id allocation failed: {exc}"
+                await self._commit(
+                    Outcome(response=txn_error(kind, ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)), req
+                )
+                return
+            handler = h.init_producer_id if kind == "init" else h.end_txn
+            out, jobs = handler(t, r, self._ctx(pid))
+        elif kind == "add_partitions":
+            out, jobs = h.add_partitions(t, r, self._ctx())
+        elif kind == "add_offsets":
+            out, jobs = h.add_offsets(t, r, self._ctx())
+        elif kind == "complete":
+            out, jobs = h.complete(t, r, self._ctx())
+            self._jobs.pop(r.transactional_id, None)
+        elif kind == "describe":
+            out = Outcome(response=[h.describe(t, tid) for tid in r])
+        elif kind == "list":
+            out = Outcome(response=tpb.ListTransactionsResponse(transactions=h.list_txns(t, r)))
+        else:
+            raise ValueError(f"unknown request kind {kind!r}")
+        await self._commit(out, req)
+        for job in jobs:
+            self._start(job)
+
+    # ------------------------------------------------------------ marker tasks
+
+    def _start(self, job: h.MarkerJob) -> None:
+        running = self._jobs.get(job.transactional_id)
+        if running is not None and running[0] == job and not running[1].done():
+            return
+        if running is not None:
+            running[1].cancel()
+        task = asyncio.create_task(self._write(job), name=f"txn-markers-{job.transactional_id}")
+        self._jobs[job.transactional_id] = (job, task)
+
+    async def _write(self, job: h.MarkerJob) -> None:
+        try:
+            await self._markers.write(job, self.epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # never expected: write retries everything; log and let load redo it
+            log.exception("txn %s: marker task failed", job.transactional_id)
+            return
+        with contextlib.suppress(RuntimeError):
+            self.post("complete", job)
