@@ -2,9 +2,11 @@
 client's fetch stream and yield Spark rows as Arrow batches.
 
 Runs in a Spark Python worker; imports only the client library (``headwater.client``,
-``headwater.batch``), never ``services``. Each call owns a private asyncio loop and one
-:class:`headwater.client.AsyncConsumer` (manual assignment, ``auto_offset_reset="none"``),
-both closed when the generator finishes or is closed.
+``headwater.batch``), never ``services``. A worker process has one asyncio loop, in a daemon
+thread started on first use (:func:`_run`; gRPC's asyncio support wants one loop per
+process, and Spark reuses workers for many tasks). Each call owns one
+:class:`headwater.client.AsyncConsumer` (manual assignment, ``auto_offset_reset="none"``) on
+that loop, closed when the generator finishes or is closed.
 
 Contract: exactly the records of the range's partition with ``start <= offset < end`` are
 yielded, in offset order. Offsets below the log start (deleted by retention) are data loss:
@@ -17,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 from headwater.client import AsyncConsumer, FetchedBatch
 from headwater.client.fetched import first_index_at
@@ -32,6 +35,38 @@ from headwater_spark.resolver import DataLossError
 log = logging.getLogger(__name__)
 
 POLL_SLICE_MS = 1_000
+T = TypeVar("T")
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the worker's loop thread and wait for its result."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=_loop.run_forever, name="headwater-spark-loop", daemon=True
+            ).start()
+    return asyncio.run_coroutine_threadsafe(coro, _loop).result()
+
+
+async def _new_consumer(cfg: ExecutorConfig) -> AsyncConsumer:
+    return AsyncConsumer(
+        cfg.bootstrap,
+        auto_offset_reset="none",
+        max_partition_fetch_bytes=cfg.fetch_max_bytes,
+        max_buffer_bytes=4 * cfg.fetch_max_bytes,
+        fetch_max_wait_ms=200,
+        client_id="headwater-spark",
+    )
+
+
+async def _assign(consumer: AsyncConsumer, tp: Any, offset: int) -> None:
+    consumer.assign([tp])
+    consumer.seek(tp, offset)
 
 
 def _clip(fb: FetchedBatch, end: int) -> FetchedBatch | None:
@@ -45,36 +80,27 @@ def read_range(cfg: ExecutorConfig, r: OffsetRange) -> Iterator[Any]:
     """Yield the range's records: Arrow batches (``arrow_batches``) or row tuples."""
     if r.end <= r.start:
         return
-    loop = asyncio.new_event_loop()
-    consumer = AsyncConsumer(
-        cfg.bootstrap,
-        auto_offset_reset="none",
-        max_partition_fetch_bytes=cfg.fetch_max_bytes,
-        max_buffer_bytes=4 * cfg.fetch_max_bytes,
-        fetch_max_wait_ms=200,
-        client_id="headwater-spark",
-    )
+    consumer = _run(_new_consumer(cfg))
     tp = r.tp
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, r.start)
+        _run(_assign(consumer, tp, r.start))
         pos = r.start
         deadline = time.monotonic() + cfg.poll_timeout_ms / 1000
         while pos < r.end:
             try:
-                fetched = loop.run_until_complete(consumer.poll_batches(timeout_ms=POLL_SLICE_MS))
+                fetched = _run(consumer.poll_batches(timeout_ms=POLL_SLICE_MS))
             except OffsetOutOfRangeError:
-                log_start = loop.run_until_complete(consumer.beginning_offsets([tp]))[tp]
+                log_start = _run(consumer.beginning_offsets([tp]))[tp]
                 if pos >= log_start:
                     raise
                 _lost(cfg, r, f"offsets {pos}..{log_start - 1} were deleted before being read")
                 if log_start >= r.end:
                     return
                 pos = log_start
-                consumer.seek(tp, pos)
+                _run(_assign(consumer, tp, pos))
                 continue
             pieces = [c for c in (_clip(fb, r.end) for fb in fetched) if c is not None]
-            pos = loop.run_until_complete(consumer.position(tp))
+            pos = _run(consumer.position(tp))
             if pieces:
                 deadline = time.monotonic() + cfg.poll_timeout_ms / 1000
                 if cfg.arrow_batches:
@@ -88,8 +114,7 @@ def read_range(cfg: ExecutorConfig, r: OffsetRange) -> Iterator[Any]:
                 _lost(cfg, r, f"offsets {pos}..{r.end - 1} did not arrive within pollTimeoutMs")
                 return
     finally:
-        loop.run_until_complete(consumer.close())
-        loop.close()
+        _run(consumer.close())
 
 
 def _lost(cfg: ExecutorConfig, r: OffsetRange, what: str) -> None:

@@ -1,0 +1,111 @@
+"""spark.readStream.format("headwater"): checkpointed offsets, admission control,
+Trigger.AvailableNow, a killed query resumed exactly once, failOnDataLoss, commitToGroup."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.wait import wait_for
+from tests.spark.conftest import make_topic, produce
+
+HERE = Path(__file__).resolve().parent
+
+
+def _stream(spark: Any, bootstrap: str, **options: str) -> Any:
+    reader = spark.readStream.format("headwater").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def _run_available_now(df: Any, output: Path, checkpoint: Path) -> Any:
+    query = (
+        df.select("partition", "offset", "value")
+        .writeStream.format("parquet")
+        .option("path", str(output))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert not query.isActive, "availableNow query did not finish within 120 s"
+    return query
+
+
+def _output(spark: Any, output: Path) -> list[tuple[int, int, bytes]]:
+    rows = spark.read.parquet(str(output)).collect()
+    return [(r.partition, r.offset, bytes(r.value)) for r in rows]
+
+
+def _commits(checkpoint: Path) -> int:
+    d = checkpoint / "commits"
+    return len([p for p in d.iterdir() if p.name.isdigit()]) if d.is_dir() else 0
+
+
+def test_killed_query_resumes_from_checkpoint_exactly_once(
+    spark: Any, cluster: Any, tmp_path: Path
+) -> None:
+    make_topic(cluster.bootstrap, "clicks", 2)
+    first = [(i % 2, None, b"c%04d" % i) for i in range(400)]
+    produce(cluster.bootstrap, "clicks", first)
+    checkpoint, output = tmp_path / "ckpt", tmp_path / "out"
+    job_log = tmp_path / "job.log"
+    with job_log.open("wb") as sink:
+        job = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "stream_job.py"),
+                cluster.bootstrap,
+                "clicks",
+                str(checkpoint),
+                str(output),
+                "60",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(
+            lambda: _commits(checkpoint) >= 2 or job.poll() is not None,
+            timeout=120,
+            what="two committed micro-batches",
+        )
+        assert job.poll() is None, job_log.read_text()[-3000:]
+    finally:
+        job.kill()  # SIGKILL by PID, mid-run: 400 records need ~7 batches of 60
+        job.wait(30)
+    assert _commits(checkpoint) < 7
+    second = [(i % 2, None, b"d%04d" % i) for i in range(100)]
+    produce(cluster.bootstrap, "clicks", second)
+
+    df = _stream(
+        spark,
+        cluster.bootstrap,
+        subscribe="clicks",
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="60",
+    )
+    query = _run_available_now(df, output, checkpoint)
+    got = _output(spark, output)
+    assert len(got) == len({(p, o) for p, o, _ in got}), "duplicates in the file sink"
+    assert sorted(v for _, _, v in got) == sorted(v for _, _, v in first + second)
+    # admission control: no micro-batch of the resumed run read more than 60 offsets
+    assert query.recentProgress and all(p["numInputRows"] <= 60 for p in query.recentProgress)
+    end = json.loads(query.recentProgress[-1]["sources"][0]["endOffset"])
+    assert end == {"clicks": {"0": 250, "1": 250}}
+
+
+def test_available_now_reads_only_what_was_there(spark: Any, cluster: Any, tmp_path: Path) -> None:
+    make_topic(cluster.bootstrap, "avail", 3)
+    produce(cluster.bootstrap, "avail", [(i % 3, b"k", b"a%d" % i) for i in range(30)])
+    df = _stream(spark, cluster.bootstrap, subscribe="avail", startingOffsets="earliest")
+    _run_available_now(df, tmp_path / "o", tmp_path / "c")
+    assert len(_output(spark, tmp_path / "o")) == 30
+    produce(cluster.bootstrap, "avail", [(i % 3, b"k", b"b%d" % i) for i in range(9)])
+    _run_available_now(df, tmp_path / "o", tmp_path / "c")
+    got = _output(spark, tmp_path / "o")
+    assert len(got) == 39 and len({(p, o) for p, o, _ in got}) == 39
