@@ -1,4 +1,4 @@
-"""``python -m services.coordinator``: run one coordinator process (group + transaction coordinator).
+"""``python -m services.coordinator``: run one coordinator process (groups + transactions).
 
     python -m services.coordinator --coordinator-id N --host 127.0.0.1 --port 0 \
         --etcd HOST:PORT [--metrics-port M] [--ready-file PATH] [--lease-ttl S]

@@ -9,8 +9,11 @@ UNSTABLE_OFFSET_COMMIT for their partitions (offsets.fetch).
 
 ``txn_marker`` resolves the pending offsets of (group, producer id) written at an epoch BELOW
 the marker's (the marker carries the epoch bumped at the end of the transaction, so pending
-offsets of a later transaction of the same producer are left alone): commit appends them as
-ordinary offset records and tombstones the pending keys; abort appends only the tombstones.
+offsets of a later transaction of the same producer are left alone): commit appends those of
+the transaction's own epoch (marker epoch - 1) as ordinary offset records, and every resolved
+pending key is tombstoned (abort: only the tombstones). A pending offset from an even older
+epoch is a zombie's late write and is dropped, never committed; ``txn_commit`` also refuses
+(PRODUCER_FENCED) an epoch below one already pending for the same producer in the group.
 A marker that finds nothing to resolve (a retry) changes nothing and succeeds, so markers are
 idempotent and replay-safe (replay sees only ordinary offset / pending records).
 """
@@ -35,6 +38,15 @@ def txn_commit(table: GroupTable, req: pb.TxnOffsetCommitRequest, ctx: Ctx) -> O
     if req.producer_id < 0 or req.producer_epoch < 0:
         return whole(ErrorCode.INVALID_REQUEST, "producer id and epoch are required")
     g = table.get(req.group_id)
+    newer = [
+        po.producer_epoch
+        for (_t, _p, pid), po in (g.pending.items() if g is not None else ())
+        if pid == req.producer_id and po.producer_epoch > req.producer_epoch
+    ]
+    if newer:
+        return whole(
+            ErrorCode.PRODUCER_FENCED, f"producer epoch {max(newer)} has offsets pending already"
+        )
     if req.member_id or req.generation_id >= 0:
         m = None if g is None else g.members.get(req.member_id)
         if g is None or m is None:
@@ -85,7 +97,7 @@ def txn_marker(table: GroupTable, req: pb.WriteTxnOffsetMarkerRequest, ctx: Ctx)
     for (topic, p, pid), po in sorted(g.pending.items()):
         if pid != req.producer_id or po.producer_epoch >= req.producer_epoch:
             continue
-        if req.committed:
+        if req.committed and po.producer_epoch == req.producer_epoch - 1:
             key = rec.offset_key(req.group_id, topic, p)
             out.records.append(rec.Record(key, po.offset.value(), ctx.epoch))
         out.records.append(

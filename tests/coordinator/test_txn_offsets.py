@@ -82,3 +82,16 @@ def test_bad_requests_write_nothing() -> None:
     resp = hn.apply(txn_offsets.txn_commit(hn.table, req, hn.ctx()))
     assert resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert hn.log == before
+
+
+def test_a_zombies_late_pending_offset_is_never_committed() -> None:
+    hn = Harness()
+    _commit(hn, 7, 3, 30)  # the current transaction, epoch 3
+    assert _commit(hn, 7, 2, 99).error_code == ErrorCode.PRODUCER_FENCED  # a zombie at 2
+    _marker(hn, 7, 4, True)
+    assert _fetch(hn.table, True) == [(30, ErrorCode.NONE)]
+    _commit(hn, 7, 1, 77)  # a zombie's write that arrives when nothing is pending
+    _commit(hn, 7, 4, 40, p=1)  # the next transaction at epoch 4, another partition
+    _marker(hn, 7, 5, True)
+    assert _fetch(hn.table, True) == [(30, ErrorCode.NONE)]  # 77 dropped, not committed
+    assert not hn.table.groups["g"].pending
