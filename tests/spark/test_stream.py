@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from headwater.client import AdminClient, TopicPartition
 from tests.helpers.wait import wait_for
 from tests.spark.conftest import make_topic, produce
 
@@ -109,3 +113,62 @@ def test_available_now_reads_only_what_was_there(spark: Any, cluster: Any, tmp_p
     _run_available_now(df, tmp_path / "o", tmp_path / "c")
     got = _output(spark, tmp_path / "o")
     assert len(got) == 39 and len({(p, o) for p, o, _ in got}) == 39
+
+
+def _log_start(bootstrap: str, topic: str) -> int:
+    with AdminClient(bootstrap) as admin:
+        return admin.list_offsets({TopicPartition(topic, 0): "earliest"})[
+            TopicPartition(topic, 0)
+        ].offset
+
+
+def test_retention_deleting_unread_data_triggers_fail_on_data_loss(
+    spark: Any, cluster: Any, tmp_path: Path
+) -> None:
+    make_topic(cluster.bootstrap, "lossy", 1, **{"segment.bytes": "1024"})
+    produce(cluster.bootstrap, "lossy", [(0, None, b"a" * 100)] * 20)
+    out, ckpt = tmp_path / "o", tmp_path / "c"
+    df = _stream(spark, cluster.bootstrap, subscribe="lossy", startingOffsets="earliest")
+    _run_available_now(df, out, ckpt)
+    assert len(_output(spark, out)) == 20
+    for wave in range(5):  # one batch per wave: each rolls a new 1 KiB segment
+        produce(cluster.bootstrap, "lossy", [(0, None, b"b%d" % wave + b"b" * 98)] * 20)
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.alter_topic_configs("lossy", {"retention.bytes": "2048"})
+    # the broker's retention pass runs every 30 s
+    log_start = wait_for(
+        lambda: (n := _log_start(cluster.bootstrap, "lossy")) > 20 and n,
+        timeout=90,
+        what="retention to delete unread offsets",
+    )
+
+    # failOnDataLoss=true (default): the query fails, naming the lost offsets
+    query = df.writeStream.format("parquet").option("path", str(out))
+    query = query.option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start()
+    with pytest.raises(StreamingQueryException, match="deleted before they were read"):
+        query.awaitTermination(120)
+    assert len(_output(spark, out)) == 20
+
+    # failOnDataLoss=false: the same checkpoint resumes at the log start
+    df2 = _stream(
+        spark,
+        cluster.bootstrap,
+        subscribe="lossy",
+        startingOffsets="earliest",
+        failOnDataLoss="false",
+    )
+    _run_available_now(df2, out, ckpt)
+    offsets = sorted(o for _, o, _ in _output(spark, out))
+    assert offsets == list(range(20)) + list(range(log_start, 120))
+
+    # batch: explicit offsets below the log start are data loss too
+    batch = (
+        spark.read.format("headwater")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", "lossy")
+        .option("startingOffsets", '{"lossy": {"0": 0}}')
+    )
+    with pytest.raises(Exception, match="deleted before they were read"):
+        batch.load().collect()
+    rows = batch.option("failOnDataLoss", "false").load().select("offset").collect()
+    assert [r.offset for r in rows] == list(range(log_start, 120))
