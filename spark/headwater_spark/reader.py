@@ -2,9 +2,8 @@
 client's fetch stream and yield Spark rows as Arrow batches.
 
 Runs in a Spark Python worker; imports only the client library (``headwater.client``,
-``headwater.batch``), never ``services``. A worker process has one asyncio loop, in a daemon
-thread started on first use (:func:`_run`; gRPC's asyncio support wants one loop per
-process, and Spark reuses workers for many tasks). Each call owns one
+``headwater.batch``), never ``services``. Client calls run on the worker's one loop
+(:mod:`headwater_spark.worker_loop`). Each call owns one
 :class:`headwater.client.AsyncConsumer` (manual assignment, ``auto_offset_reset="none"``) on
 that loop, closed when the generator finishes or is closed.
 
@@ -17,12 +16,10 @@ treated the same way.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 import time
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 from headwater.client import AsyncConsumer, FetchedBatch
 from headwater.client.fetched import first_index_at
@@ -31,26 +28,11 @@ from headwater_spark import arrow
 from headwater_spark.options import ExecutorConfig
 from headwater_spark.planning import OffsetRange
 from headwater_spark.resolver import DataLossError
+from headwater_spark.worker_loop import run as _run
 
 log = logging.getLogger(__name__)
 
 POLL_SLICE_MS = 1_000
-T = TypeVar("T")
-
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the worker's loop thread and wait for its result."""
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(
-                target=_loop.run_forever, name="headwater-spark-loop", daemon=True
-            ).start()
-    return asyncio.run_coroutine_threadsafe(coro, _loop).result()
 
 
 async def _new_consumer(cfg: ExecutorConfig) -> AsyncConsumer:
