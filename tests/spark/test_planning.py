@@ -39,7 +39,7 @@ def test_options_parse_like_spark_kafka() -> None:
     s = parse_source_options(
         {"bootstrap.servers": "h:1", "assign": '{"a": [0, 1]}'}, streaming=True
     )
-    assert s.bootstrap == "h" and s.assign == (A0, A1) and s.starting == "latest"
+    assert s.bootstrap == "h:1" and s.assign == (A0, A1) and s.starting == "latest"
 
 
 @pytest.mark.parametrize(
