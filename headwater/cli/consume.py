@@ -26,6 +26,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="consume as a member of this consumer group (subscribe; commits as it goes; "
         "starts at the committed offsets, else at the end or --from-beginning)",
     )
+    p.add_argument(
+        "--isolation-level",
+        choices=["read_uncommitted", "read_committed"],
+        default="read_uncommitted",
+        help="read_committed: only committed transactions' records, never past the last "
+        "stable offset (docs/transactions.md)",
+    )
     p.add_argument("--max-messages", type=int, help="exit after this many records")
     p.add_argument(
         "--timeout-ms", type=int, help="exit when no record arrives for this long (default: wait)"
@@ -105,6 +112,7 @@ async def _run_group(args: argparse.Namespace, boot: str) -> int:
         auto_offset_reset=reset,
         client_id="headwater-cli",
         auto_commit_interval_ms=1000,
+        isolation_level=args.isolation_level,
     ) as c:
         c.subscribe([args.topic])
         last = time.monotonic()
@@ -136,7 +144,12 @@ async def run(args: argparse.Namespace) -> int:
     tps = await _partitions(boot, args.topic, args.partition)
     sep = args.key_separator.encode()
     count = 0
-    async with AsyncConsumer(boot, auto_offset_reset="latest", client_id="headwater-cli") as c:
+    async with AsyncConsumer(
+        boot,
+        auto_offset_reset="latest",
+        client_id="headwater-cli",
+        isolation_level=args.isolation_level,
+    ) as c:
         c.assign(tps)
         if args.from_beginning:
             await c.seek_to_beginning()

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -143,3 +146,36 @@ def test_a_new_incarnation_fences_the_old_producer(tcluster: LocalCluster) -> No
         assert [r.value for r in rc] == [b"live"]
 
     run(body)
+
+
+def test_cli_consume_isolation_level(tcluster: LocalCluster) -> None:
+    topic = "txn-cli"
+
+    async def body() -> None:
+        async with AsyncAdminClient(tcluster.bootstrap) as admin:
+            await admin.create_topic(topic, 1, 1, {})
+        async with AsyncProducer(tcluster.bootstrap, transactional_id="client-tx-4") as p:
+            await p.init_transactions()
+            p.begin_transaction()
+            await (await p.send(topic, b"dropped", partition=0))
+            await p.abort_transaction()
+            p.begin_transaction()
+            await p.send(topic, b"kept", partition=0)
+            await p.commit_transaction()
+
+    run(body)
+    env = {**os.environ, "HEADWATER_BOOTSTRAP": tcluster.bootstrap}
+    lines = {}
+    for level in ("read_committed", "read_uncommitted"):
+        cmd = [sys.executable, "-m", "headwater.cli.main", "consume", topic, "--from-beginning"]
+        cmd += ["--isolation-level", level, "--timeout-ms", "1500"]
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+        lines[level] = proc.stdout.decode().split()
+    assert lines == {"read_committed": ["kept"], "read_uncommitted": ["dropped", "kept"]}
