@@ -15,7 +15,13 @@ from typing import Any, TypeVar
 import pytest
 
 from headwater import errors
-from headwater.client import AsyncAdminClient, AsyncConsumer, AsyncProducer, TopicPartition
+from headwater.client import (
+    AsyncAdminClient,
+    AsyncConsumer,
+    AsyncProducer,
+    Producer,
+    TopicPartition,
+)
 from headwater.client.types import ConsumerRecord
 from headwater.dev.cluster import LocalCluster
 
@@ -179,3 +185,29 @@ def test_cli_consume_isolation_level(tcluster: LocalCluster) -> None:
         assert proc.returncode == 0, proc.stderr.decode()
         lines[level] = proc.stdout.decode().split()
     assert lines == {"read_committed": ["kept"], "read_uncommitted": ["dropped", "kept"]}
+
+
+def test_sync_producer_facade_transactions(tcluster: LocalCluster) -> None:
+    topic = "txn-sync"
+
+    async def setup() -> None:
+        async with AsyncAdminClient(tcluster.bootstrap) as admin:
+            await admin.create_topic(topic, 1, 1, {})
+
+    run(setup)
+    with Producer(tcluster.bootstrap, transactional_id="client-tx-5") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        f = p.send(topic, b"one", partition=0)
+        p.send_offsets_to_transaction({TopicPartition(topic, 0): 1}, "sync-group")
+        p.commit_transaction()
+        assert f.result(5).offset == 0
+        p.begin_transaction()
+        p.send(topic, b"two", partition=0)
+        p.abort_transaction()
+
+    async def check() -> None:
+        rc, _pos = await read(tcluster.bootstrap, [TopicPartition(topic, 0)], "read_committed", 1)
+        assert [r.value for r in rc] == [b"one"]
+
+    run(check)
