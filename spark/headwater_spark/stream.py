@@ -10,9 +10,13 @@ their log start) and ``end`` is the latest offset, limited by the engine's ReadL
 are handled per ``failOnDataLoss`` on the driver when a batch is planned and again on the
 executor while reading.
 
-With ``commitToGroup`` set, ``commit(end)`` stores the finished batch's end offsets as the
-group's committed offsets, so ``headwater groups describe`` shows the job's lag. Spark's
-checkpoint, not the group, stays the source of truth for where the query resumes.
+With ``commitToGroup`` set, the end offsets of every finished micro-batch become the group's
+committed offsets, so ``headwater groups describe`` shows the job's lag. They are committed
+from ``commit(end)`` and from ``latestOffset(start, ...)``: Spark calls the latter only after
+the batch ending at ``start`` is done (its commit-log entry written; an unfinished batch is
+re-run before any new offset is asked for), and calls it once more when a Trigger.AvailableNow
+query has caught up, whereas ``commit`` for a batch comes only when the next batch is planned.
+Spark's checkpoint, not the group, stays the source of truth for where the query resumes.
 
 Runs on the driver; the :class:`Resolver` (a client with a loop thread) is created lazily and
 never pickled (``read`` runs on executors with only the partition).
@@ -54,6 +58,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.opts = parse_source_options(options, streaming=True)
         self._resolver: Resolver | None = None
         self._target: PartitionOffsets | None = None  # Trigger.AvailableNow end
+        self._group_committed: PartitionOffsets = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -84,6 +89,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         r = self.resolver
         begin = from_json(start)
+        self._commit_group(begin)
         tps = r.partitions()
         latest = r.latest(tps)
         if self._target is not None:
@@ -130,11 +136,15 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return read_range(partition.cfg, partition.rng)
 
     def commit(self, end: dict[str, Any]) -> None:
+        self._commit_group(from_json(end))
+
+    def _commit_group(self, offsets: PartitionOffsets) -> None:
         group = self.opts.commit_to_group
-        if not group:
+        if not group or not offsets or offsets == self._group_committed:
             return
         try:
-            self.resolver.admin.alter_consumer_group_offsets(group, from_json(end))
+            self.resolver.admin.alter_consumer_group_offsets(group, offsets)
+            self._group_committed = dict(offsets)
         except HeadwaterError as exc:  # lag reporting is best effort; the checkpoint rules
             log.warning("committing offsets to group %s failed: %s", group, exc)
 
