@@ -10,6 +10,7 @@ States::
     UNINITIALIZED --init()--> READY --begin()--> IN_TRANSACTION
     IN_TRANSACTION --commit()--> READY     (flush, EndTxn(commit); the new epoch from the answer)
     IN_TRANSACTION --abort()--> READY      (queued dropped, in-flight awaited, EndTxn(abort))
+    (ENDING while commit/abort runs: the sender drains nothing)
     IN_TRANSACTION --a send fails--> the abortable error is set: commit() raises it, send()
                                       raises it, only abort() leaves
     any --PRODUCER_FENCED / INVALID_PRODUCER_EPOCH / fatal sequence error--> failed (Sequencer)
@@ -128,7 +129,7 @@ class TransactionManager(Gate):
     # ------------------------------------------------------------ sender side (Gate)
 
     def may_send(self, tp: TopicPartition) -> bool:
-        if self.state is not TxnState.IN_TRANSACTION and self.state is not TxnState.ENDING:
+        if self.state is not TxnState.IN_TRANSACTION:
             return False
         if self.abortable_error is not None:
             return False
@@ -313,21 +314,22 @@ class TransactionManager(Gate):
         self.seq.check()
         if self.state is not TxnState.IN_TRANSACTION:
             raise errors.InvalidTxnStateError("abort_transaction() needs an ongoing transaction")
-        self.state = TxnState.ENDING
+        self.state = TxnState.ENDING  # the sender drains nothing more (may_send)
         dropped = TransactionAbortedError("the transaction was aborted before this was sent")
-        for dq in self.acc.queues.values():
-            for b in list(dq):
-                if b.base_seq < 0:  # never sent: no sequence assigned
-                    dq.remove(b)
-                    self.acc.fail(b, dropped)
         if self._add_task is not None and not self._add_task.done():
             self._add_task.cancel()
             await asyncio.wait([self._add_task])
         self.pending.clear()
-        pending = [b.done for b in self.acc.incomplete]
-        if pending:
-            self.wake_sender()
-            await asyncio.wait(pending)
+        while self.acc.incomplete:
+            # queued batches (never sent, or waiting for a retry) are dropped; in-flight ones
+            # are awaited (a retriable failure puts them back in a queue: dropped next round)
+            for dq in self.acc.queues.values():
+                while dq:
+                    self.acc.fail(dq.popleft(), dropped)
+            in_flight = [b.done for b in self.acc.incomplete]
+            if in_flight:
+                self.wake_sender()
+                await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
         await self._end(False)
 
     async def _end(self, commit: bool) -> None:

@@ -221,6 +221,24 @@ def test_abort_drops_queued_records() -> None:
     run(go)
 
 
+def test_abort_drops_a_sequenced_batch_waiting_for_a_retry() -> None:
+    async def go() -> None:
+        tm, fake, _seq, acc = make()
+        await tm.init()
+        tm.begin()
+        tm.added.add(TP)
+        fut = asyncio.get_running_loop().create_future()
+        assert acc.try_reserve(10)
+        acc.append(TP, b"x", None, None, 1, 10, fut)
+        acc.queues[TP][0].base_seq = 0  # sent once, re-enqueued for a retry
+        tm.abortable(errors.RequestTimedOutError("slow"))
+        await asyncio.wait_for(tm.abort(), 5)
+        assert isinstance(fut.exception(), errors.InvalidTxnStateError)
+        assert fake.methods()[-1] == "EndTxn" and tm.state is TxnState.READY
+
+    run(go)
+
+
 def test_fenced_end_txn_is_fatal() -> None:
     async def go() -> None:
         tm, fake, seq, _acc = make()
