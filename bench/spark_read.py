@@ -8,7 +8,7 @@ with ``spark.read.format("headwater")`` on a local[2] SparkSession twice: with
 ``count(*), sum(length(value))`` so every value crosses into the JVM; a warm-up read starts
 the Python workers first. Prints a Markdown table (and JSON with ``--json``).
 
-    python bench/spark_read.py [--records-100 1000000] [--records-1k 300000]
+    python bench/spark_read.py [--records-100 3000000] [--records-1k 1000000]
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def read(spark: Any, bootstrap: str, topic: str, arrow: bool) -> tuple[float, in
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records-100", type=int, default=1_000_000)
-    ap.add_argument("--records-1k", type=int, default=300_000)
+    ap.add_argument("--records-100", type=int, default=3_000_000)
+    ap.add_argument("--records-1k", type=int, default=1_000_000)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable

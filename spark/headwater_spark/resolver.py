@@ -41,19 +41,19 @@ class Resolver:
     # ------------------------------------------------------------ partitions
 
     def partitions(self) -> list[TopicPartition]:
-        """The partitions the query reads now (subscribe, subscribePattern or assign)."""
+        """The partitions the query reads now (subscribe, subscribePattern or assign).
+        Subscribed topics that do not exist (yet) contribute no partitions, as in Spark."""
         o = self.opts
         if o.assign is not None:
             return sorted(o.assign)
+        existing = self.admin.list_topics()
         if o.subscribe is not None:
-            topics = self.admin.describe_topics(list(o.subscribe))
+            names = [t for t in o.subscribe if t in existing]
         else:
             assert o.subscribe_pattern is not None
             rx = re.compile(o.subscribe_pattern)
-            names = [
-                t for t in self.admin.list_topics() if rx.fullmatch(t) and not t.startswith("__")
-            ]
-            topics = self.admin.describe_topics(names) if names else []
+            names = [t for t in existing if rx.fullmatch(t) and not t.startswith("__")]
+        topics = self.admin.describe_topics(names) if names else []
         return sorted(TopicPartition(t.name, p.partition) for t in topics for p in t.partitions)
 
     # ------------------------------------------------------------ offsets
