@@ -434,8 +434,9 @@ class Accumulator:
 
         ``producer`` (idempotent producers): a partition is taken only when
         ``producer.may_send(tp)`` (e.g. it was added to the transaction), at most
-        ``producer.max_batches`` batches of it per drain, and each newly drained batch gets its
-        sequence from ``producer.assign(tp, count)`` and is encoded with ``producer.fields``.
+        ``producer.max_batches`` batches of it per drain, never resent and fresh batches
+        together, and each newly drained batch gets its sequence from
+        ``producer.assign(tp, count)`` and is encoded with ``producer.fields``.
         An expired batch that already has a sequence is reported to
         ``producer.expired_sequenced`` (its outcome is unknown).
         """
@@ -482,9 +483,15 @@ class Accumulator:
             size = sizes.get(leader, 0)
             limit = producer.max_batches if producer is not None else 1 << 30
             n = 0
+            resend = dq[0].base_seq >= 0  # the head was sent before (a retry)
             while dq and n < limit and (not taken or size + dq[0].nbytes <= max_request_size):
                 b = dq[0]
                 if b.retry_at > now:
+                    break
+                if producer is not None and (b.base_seq >= 0) != resend:
+                    # Never mix resent and never-sent batches of a partition in one request:
+                    # the broker answers one base offset per partition, which is the original
+                    # one only when every batch of the entry is a duplicate (or none is).
                     break
                 if not (b.sealed or force or now - b.created >= self.linger):
                     break  # the open tail keeps filling until it is due
