@@ -1,10 +1,13 @@
-"""LinkProxy against a real echo server on 127.0.0.1: open, cut, hang, heal, moving target."""
+"""LinkProxy against a real echo server on 127.0.0.1: open, cut, hang, deaf, heal, moving
+target."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -117,3 +120,24 @@ def test_target_resolved_per_connection(echo: _Server) -> None:
     finally:
         other.shutdown()
         other.server_close()
+
+
+def test_deaf_forwards_requests_and_drops_answers(echo: _Server) -> None:
+    with ProxyHub() as hub:
+        p = hub.link("a->b", lambda: _addr(echo))
+        s = _connect(p.port, timeout=0.5)
+        assert _roundtrip(s, b"1") == b"1"
+        p.deafen()
+        s.sendall(b"lost-answer")
+        with pytest.raises(TimeoutError):
+            s.recv(10)  # the echo server got it and answered; the answer was dropped
+        deadline = time.monotonic() + 5
+        while p.dropped < len(b"lost-answer") and time.monotonic() < deadline:
+            s.settimeout(0.05)
+            with contextlib.suppress(TimeoutError):
+                s.recv(10)
+        assert p.dropped == len(b"lost-answer")
+        p.heal()
+        s.settimeout(5)
+        assert _roundtrip(s, b"again") == b"again"  # same connection, answers flow again
+        s.close()

@@ -9,7 +9,10 @@ a restarted broker on a new port is followed). Link states:
   (the peer sees "connection reset" immediately: a crashed switch port);
 * ``hung``  — connections stay established but no byte is forwarded in either direction,
   new ones are accepted and held (a partition without RST: the peer only notices through
-  its own timeouts). ``heal()`` releases what was held.
+  its own timeouts). ``heal()`` releases what was held;
+* ``deaf``  — bytes toward the target flow, bytes back from it are discarded (counted in
+  ``dropped``): requests land, their answers are lost — the case that makes a client retry
+  something that already happened.
 
 All proxies of a :class:`ProxyHub` run on one asyncio loop in one background thread (the
 proxies' state is owned by that loop); the control methods are thread-safe and return once
@@ -24,7 +27,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
-State = Literal["open", "cut", "hung"]
+State = Literal["open", "cut", "hung", "deaf"]
 Target = Callable[[], tuple[str, int] | None]
 CHUNK = 64 * 1024
 
@@ -39,6 +42,7 @@ class LinkProxy:
         self.port = 0
         self.state: State = "open"
         self.accepted = 0
+        self.dropped = 0  # bytes from the target discarded while deaf
         self._open: asyncio.Event  # created on the hub's loop by _create
         self._conns: set[asyncio.StreamWriter] = set()
         self._server: asyncio.base_events.Server | None = None
@@ -58,6 +62,9 @@ class LinkProxy:
     def hang(self) -> None:
         self.hub.call(self._set("hung"))
 
+    def deafen(self) -> None:
+        self.hub.call(self._set("deaf"))
+
     def heal(self) -> None:
         self.hub.call(self._set("open"))
 
@@ -65,7 +72,7 @@ class LinkProxy:
 
     async def _set(self, state: State) -> None:
         self.state = state
-        if state == "open":
+        if state in ("open", "deaf"):
             self._open.set()
         else:
             self._open.clear()
@@ -95,7 +102,7 @@ class LinkProxy:
         try:
             await self._open.wait()  # a hung link holds new connections here
             target = self.target()
-            if target is None or self.state != "open" or writer not in self._conns:
+            if target is None or self.state == "cut" or writer not in self._conns:
                 return
             try:
                 up_reader, up_writer = await asyncio.open_connection(*target)
@@ -103,7 +110,9 @@ class LinkProxy:
                 return
             self._conns.add(up_writer)
             await asyncio.gather(
-                self._pump(reader, up_writer), self._pump(up_reader, writer), return_exceptions=True
+                self._pump(reader, up_writer),
+                self._pump(up_reader, writer, downstream=True),
+                return_exceptions=True,
             )
         finally:
             for w in (writer, up_writer):
@@ -111,7 +120,9 @@ class LinkProxy:
                     self._conns.discard(w)
                     _abort(w)
 
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, *, downstream: bool = False
+    ) -> None:
         try:
             while True:
                 data = await src.read(CHUNK)
@@ -120,6 +131,9 @@ class LinkProxy:
                 await self._open.wait()  # hung: hold the bytes, stop reading (back-pressure)
                 if dst not in self._conns:
                     return  # cut meanwhile
+                if downstream and self.state == "deaf":
+                    self.dropped += len(data)
+                    continue
                 dst.write(data)
                 await dst.drain()
         finally:

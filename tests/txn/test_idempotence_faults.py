@@ -1,0 +1,265 @@
+"""Idempotence under faults: two producers with 5 requests in flight, while the client<->leader
+link is reset and hung and the leader is kill -9'd.
+
+Every client connection to a broker crosses a per-broker TCP proxy (the producers dial through
+``address_resolver``), so the test can reset (RST) or hang the link between the producers and
+one broker while replication between brokers is untouched. Faults, in order: reset the link to
+the leader of partition 0 deaf (requests land, their answers are lost, so the producers retry
+batches the leader already has), reset it, hang it (longer than the request timeout), kill -9
+that leader.
+
+Checked: every send succeeds, every record is in the log exactly once (0 duplicates of N), for
+each producer and partition the offsets follow the send order, and the brokers did answer
+retried batches as duplicates (the faults really caused retries of landed writes). A separate
+test shows a sequence gap surfacing as a fatal error instead of a silent reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import urllib.request
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from headwater.client import (
+    AsyncAdminClient,
+    AsyncConsumer,
+    AsyncProducer,
+    NewTopic,
+    RecordMetadata,
+    TopicPartition,
+)
+from tests.fault.harness.cluster import FaultCluster
+from tests.fault.harness.proxy import LinkProxy, ProxyHub
+from tests.helpers.wait import async_wait_for, wait_for
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "idem"
+REQUEST_TIMEOUT_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def fcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
+    with FaultCluster(
+        tmp_path_factory.mktemp("idem-faults"),
+        brokers=3,
+        controllers=1,
+        etcd_unsafe_no_fsync=True,
+        broker_args=["--replica-lag-time-max-ms", "4000"],
+    ) as c:
+        yield c
+
+
+def duplicates_answered(metrics_port: int) -> float:
+    """The broker's count of produce batches answered as duplicates for TOPIC."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    prefix = "headwater_broker_produce_duplicates_total{"
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix) and f'topic="{TOPIC}"' in line
+    )
+
+
+class ClientLinks:
+    """One proxy per broker for client traffic, and the resolver the producers dial with."""
+
+    def __init__(self, cluster: FaultCluster) -> None:
+        self.cluster = cluster
+        self.hub = ProxyHub()
+        self.links: dict[int, LinkProxy] = {
+            b: self.hub.link(f"client->{b}", self._target(b)) for b in cluster.brokers
+        }
+
+    def _target(self, bid: int) -> Callable[[], tuple[str, int] | None]:
+        def target() -> tuple[str, int] | None:
+            proc = self.cluster.brokers.get(bid)
+            return ("127.0.0.1", proc.port) if proc is not None and proc.port else None
+
+        return target
+
+    def resolve(self, address: str) -> str:
+        """Advertised broker address -> its proxy (anything else is dialled as it is)."""
+        for bid, proc in self.cluster.brokers.items():
+            if proc.port and address == f"127.0.0.1:{proc.port}":
+                return self.links[bid].address
+        return address
+
+    def close(self) -> None:
+        self.hub.close()
+
+
+class Workload:
+    """Two idempotent producers on a background loop, each sending records round-robin over
+    the partitions until ``stop`` is set, with up to WINDOW sends outstanding (so traffic
+    flows during every fault); records ``(producer, i) -> (partition, offset)``."""
+
+    WINDOW = 400
+
+    def __init__(self, bootstrap: str, resolve: Callable[[str], str], partitions: int) -> None:
+        self.bootstrap = bootstrap
+        self.resolve = resolve
+        self.partitions = partitions
+        self.acked: dict[tuple[int, int], tuple[int, int]] = {}
+        self.sent = [0, 0]
+        self.errors: list[BaseException] = []
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self.stop.set()
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the producers did not finish in time"
+
+    async def _settle(self, pid: int, i: int, fut: asyncio.Future[RecordMetadata]) -> None:
+        try:
+            md = await fut
+        except BaseException as exc:
+            self.errors.append(exc)
+            return
+        self.acked[(pid, i)] = (md.partition, md.offset)
+
+    async def _produce(self, pid: int) -> None:
+        async with AsyncProducer(
+            self.bootstrap,
+            acks="all",
+            max_in_flight=5,
+            linger_ms=1,
+            batch_size=2048,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            delivery_timeout_ms=180_000,
+            retry_backoff_ms=50,
+            address_resolver=self.resolve,
+        ) as p:
+            pending: deque[tuple[int, asyncio.Future[RecordMetadata]]] = deque()
+            i = 0
+            while not self.stop.is_set():
+                fut = await p.send(TOPIC, f"{pid}-{i:06d}".encode(), partition=i % self.partitions)
+                pending.append((i, fut))
+                i += 1
+                self.sent[pid] = i
+                while len(pending) > self.WINDOW:
+                    await self._settle(pid, *pending.popleft())
+            while pending:
+                await self._settle(pid, *pending.popleft())
+
+    async def _run(self) -> None:
+        try:
+            await asyncio.gather(self._produce(0), self._produce(1))
+        except BaseException as exc:
+            self.errors.append(exc)
+        finally:
+            self.done.set()
+
+
+async def _read_log(bootstrap: str, partitions: int) -> dict[bytes, list[tuple[int, int]]]:
+    """value -> [(partition, offset)] for every record in the topic."""
+    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    async with AsyncConsumer(bootstrap, auto_offset_reset="earliest") as c:
+        c.assign(tps)
+        ends = await c.end_offsets(tps)
+        where: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
+        while any([await c.position(tp) < ends[tp] for tp in tps]):
+            for r in await c.poll(timeout_ms=300, max_records=10_000):
+                assert r.value is not None
+                where[r.value].append((r.partition, r.offset))
+        return where
+
+
+def _leader_of(bootstrap: str, partition: int) -> int:
+    """The partition's leader, waiting until metadata knows the topic and a leader."""
+
+    async def leader() -> int | None:
+        async with AsyncAdminClient(bootstrap) as admin:
+            (desc,) = await admin.describe_topics([TOPIC])
+            lead = int(desc.partitions[partition].leader)
+            return lead if lead > 0 else None
+
+    return asyncio.run(async_wait_for(leader, timeout=60, what=f"a leader of {TOPIC}-{partition}"))
+
+
+def test_no_duplicates_and_send_order_kept_under_link_faults_and_leader_kill(
+    fcluster: FaultCluster, tmp_path: Path
+) -> None:
+    partitions = 2
+
+    async def create() -> None:
+        async with AsyncAdminClient(fcluster.bootstrap) as admin:
+            await admin.create_topics(
+                [NewTopic(TOPIC, partitions, 3, {"min.insync.replicas": "2"})]
+            )
+
+    asyncio.run(create())
+    links = ClientLinks(fcluster)
+    work = Workload(fcluster.bootstrap, links.resolve, partitions)
+    try:
+        leader = _leader_of(fcluster.bootstrap, 0)
+        work.start()
+        link = links.links[leader]
+
+        def acked_more(n: int) -> Callable[[], bool]:
+            target = len(work.acked) + n
+            return lambda: len(work.acked) >= target or work.done.is_set()
+
+        wait_for(acked_more(2000), timeout=120, what="2000 records acknowledged")
+        link.deafen()  # requests land, answers are lost: retries are duplicates
+        # Deaf for two request timeouts (the fault's duration: requests time out and are
+        # retried while their originals have landed; ended early if the workload died).
+        work.done.wait(2 * REQUEST_TIMEOUT_MS / 1000)
+        link.heal()
+        wait_for(acked_more(2000), timeout=120, what="progress after the deaf link")
+        accepted = link.accepted
+        link.cut()  # reset: every connection gets an RST
+        wait_for(
+            lambda: link.accepted > accepted or work.done.is_set(),
+            timeout=30,
+            what="a producer to reconnect into the cut link",
+        )
+        link.heal()
+        wait_for(acked_more(2000), timeout=120, what="progress after the reset")
+        link.hang()  # no RST: requests time out and are retried behind the held ones
+        work.done.wait(2 * REQUEST_TIMEOUT_MS / 1000)
+        link.heal()
+        wait_for(acked_more(2000), timeout=120, what="progress after the hang")
+        dup_answers = sum(duplicates_answered(p.metrics_port) for p in fcluster.brokers.values())
+        fcluster.kill_broker(leader)  # kill -9 the leader
+        wait_for(acked_more(2000), timeout=120, what="progress after the leader's kill")
+        work.join(timeout=240)
+    finally:
+        links.close()
+    fcluster.restart_broker(leader)
+
+    assert work.errors == [], f"sends failed: {work.errors[:3]}"
+    assert len(work.acked) == sum(work.sent), "a send was neither acknowledged nor failed"
+
+    where = asyncio.run(_read_log(fcluster.bootstrap, partitions))
+    expected = {f"{p}-{i:06d}".encode() for p in (0, 1) for i in range(work.sent[p])}
+    dupes = {v: w for v, w in where.items() if len(w) > 1}
+    assert dupes == {}, f"{len(dupes)} duplicated records, e.g. {list(dupes.items())[:3]}"
+    assert set(where) == expected, f"{len(expected - set(where))} records missing"
+
+    for pid in (0, 1):
+        for part in range(partitions):
+            sent = [i for i in range(work.sent[pid]) if i % partitions == part]
+            offsets = [where[f"{pid}-{i:06d}".encode()][0][1] for i in sent]
+            assert offsets == sorted(offsets), f"producer {pid} partition {part} reordered"
+            wrong = [
+                (i, work.acked[(pid, i)][1], off)
+                for i, off in zip(sent, offsets, strict=True)
+                if work.acked[(pid, i)][1] != off
+            ]
+            assert wrong == [], f"acked != log offset (record, acked, log): {wrong[:5]}"
+    dup_answers = sum(
+        duplicates_answered(proc.metrics_port) for proc in fcluster.brokers.values() if proc.alive()
+    )
+    assert dup_answers > 0, "no retry hit a batch that had landed: the faults proved nothing"
