@@ -6,10 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from headwater_spark.options import ExecutorConfig
+from headwater_spark.planning import OffsetRange
+from headwater_spark.reader import read_range
+from headwater_spark.resolver import DataLossError
 from pyspark.errors import StreamingQueryException
 
 from headwater.client import AdminClient, TopicPartition
@@ -160,6 +165,17 @@ def test_retention_deleting_unread_data_triggers_fail_on_data_loss(
     _run_available_now(df2, out, ckpt)
     offsets = sorted(o for _, o, _ in _output(spark, out))
     assert offsets == list(range(20)) + list(range(log_start, 120))
+
+    # the executor's own check (retention running between planning and reading)
+    cfg = ExecutorConfig(cluster.bootstrap, True, False, 30_000, 1 << 20, True)
+    with pytest.raises(DataLossError, match="deleted before being read"):
+        list(read_range(cfg, OffsetRange("lossy", 0, 10, 120)))
+    skipped = list(
+        read_range(replace(cfg, fail_on_data_loss=False), OffsetRange("lossy", 0, 10, 120))
+    )
+    assert [o for b in skipped for o in b.column("offset").to_pylist()] == list(
+        range(log_start, 120)
+    )
 
     # batch: explicit offsets below the log start are data loss too
     batch = (
