@@ -588,7 +588,10 @@ class AsyncConsumer:
         """Whole decoded batches (sliced to the position) fetched so far, waiting up to
         ``timeout_ms`` for the first; raises a partition's non-retriable fetch error."""
         self._ensure_started()
-        group = self._group
+        # A group member takes part in the group protocol only when subscribed; with
+        # ``assign`` the group id serves commits and committed offsets alone (generation -1,
+        # as Kafka's consumer), and joining would replace the manual assignment.
+        group = self._group if self._group is not None and self._group.subscribed else None
         if not self._parts and group is None:
             raise IllegalStateError("no partitions assigned")
         deadline = time.monotonic() + timeout_ms / 1000

@@ -115,12 +115,14 @@ class GroupMember:
         self.join_task: asyncio.Task[None] | None = None
         self.hb_task: asyncio.Task[None] | None = None
         self.closed = False
+        self.subscribed = False  # subscribe() called: this member takes part in the protocol
 
     # ------------------------------------------------------------ subscription
 
     def subscribe(
         self, topics: Iterable[str], pattern: str | None, listener: RebalanceListener | None
     ) -> None:
+        self.subscribed = True
         self.topics = set(topics)
         self.pattern = re.compile(pattern) if pattern is not None else None
         self.listener = listener or RebalanceListener()

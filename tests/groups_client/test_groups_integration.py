@@ -543,3 +543,32 @@ def test_pattern_subscription_consumes_every_matching_topic(gcluster: LocalClust
             await c.close()
 
     asyncio.run(body())
+
+
+def test_assigned_consumer_with_group_id_commits_without_joining(gcluster: LocalCluster) -> None:
+    """``assign`` + ``group_id`` (Kafka's manual assignment with committed offsets): poll
+    keeps the manual assignment, commits go in with generation -1, and the group never gets
+    a member."""
+    boot = gcluster.bootstrap
+
+    async def run() -> None:
+        await produce(boot, "manual-assign", 2, 5)
+        tps = [TopicPartition("manual-assign", p) for p in range(2)]
+        async with AsyncConsumer(
+            boot, group_id="manual", enable_auto_commit=False, auto_offset_reset="earliest"
+        ) as c:
+            c.assign(tps)
+            assert await c.committed(tps) == {tp: None for tp in tps}
+            got: list[int] = []
+            while len(got) < 10:
+                records = await c.poll(timeout_ms=5_000)
+                assert records, "no records for an assigned partition"
+                got += [r.offset for r in records]
+            assert c.assignment() == set(tps), "poll replaced the manual assignment"
+            await c.commit({tps[0]: 5, tps[1]: 3})
+            assert await c.committed(tps) == {tps[0]: 5, tps[1]: 3}
+        async with AsyncAdminClient(boot) as admin:
+            (desc,) = await admin.describe_groups(["manual"])
+            assert desc.members == ()
+
+    asyncio.run(run())
