@@ -29,6 +29,13 @@ The table (:class:`ReplayTable`) is the only state that records change: ``replay
 epoch, now_ms) -> bool`` (False: a fenced late write, ignored), ``marker_epoch`` /
 ``marker_owner`` (the highest epoch marker seen) and ``current_record(key, epoch)`` (the
 record that restates the key's valid value: the repair of a fenced late write, records.py).
+
+Repair invariant: a key is restated only when its LAST record read is a fenced late write
+(a later applied record of the key cancels the repair) and only once the replayed position
+has passed every record this runtime appended (``_own_end``): until then the table does not
+yet hold this runtime's own latest value, and restating it would append a stale value AFTER
+the fresh one (seen: a Complete* record in flight, a late write of the deposed owner read
+first, the repair restated Prepare* behind Complete* and the transaction never completed).
 """
 
 from __future__ import annotations
@@ -101,6 +108,7 @@ class LogRuntime(Generic[TableT]):
         self._table: TableT = table
         self._applied = 0  # the next offset the tail will deliver (replayed position)
         self._fenced_keys: set[bytes] = set()  # keys whose latest read record replay ignored
+        self._own_end = 0  # the offset after the last record this runtime appended
         self._consumer: AsyncConsumer | None = None
 
     # ------------------------------------------------------------ hooks
@@ -245,7 +253,9 @@ class LogRuntime(Generic[TableT]):
             for f in futures:
                 f.cancel()
             raise PartitionLostError(f"append failed: {exc!r}") from exc
-        return max(md.offset for md in done)
+        last = max(md.offset for md in done)
+        self._own_end = max(self._own_end, last + 1)
+        return last
 
     async def _read(self, timeout_ms: int) -> None:
         assert self._consumer is not None
@@ -254,8 +264,11 @@ class LogRuntime(Generic[TableT]):
                 applied = self._table.replay(
                     r.key, r.value, rec.epoch_of(r.headers), int(time.time() * 1000)
                 )
-                if not applied and r.key is not None:
-                    self._fenced_keys.add(r.key)
+                if r.key is not None:
+                    if applied:
+                        self._fenced_keys.discard(r.key)  # a valid later record: no repair
+                    else:
+                        self._fenced_keys.add(r.key)
             except (rec.BadRecordError, ValueError, KeyError) as exc:
                 log.error("%s[%d]: bad record at %d: %r", self.topic, self.partition, r.offset, exc)
             self._applied = max(self._applied, r.offset + 1)
@@ -264,12 +277,17 @@ class LogRuntime(Generic[TableT]):
                 f"coordinator {self._table.marker_owner} took over at epoch "
                 f"{self._table.marker_epoch}"
             )
-        if self._fenced_keys and self._table.marker_epoch == self.epoch:
+        if (
+            self._fenced_keys
+            and self._table.marker_epoch == self.epoch
+            and self._applied >= self._own_end
+        ):
             await self._repair()
 
     async def _repair(self) -> None:
         """Restate every key whose latest record is a fenced late write (records.py): under
-        compaction that record would otherwise survive and shadow the valid value."""
+        compaction that record would otherwise survive and shadow the valid value. Called
+        only when every own append has been replayed (module docstring: repair invariant)."""
         keys, self._fenced_keys = sorted(self._fenced_keys), set()
         log.warning(
             "%s[%d]: %d fenced late write(s) read; restating their keys at epoch %d",

@@ -93,7 +93,7 @@ class TxnRuntime(LogRuntime[TxnTable]):
         self._allocator = allocator
         self._markers = markers
         self._max_timeout_ms = max_timeout_ms
-        self._jobs: dict[str, tuple[h.MarkerJob, asyncio.Task[None]]] = {}
+        self._jobs: dict[str, tuple[h.MarkerJob, asyncio.Task[bool]]] = {}
 
     # ------------------------------------------------------------ hooks
 
@@ -164,7 +164,15 @@ class TxnRuntime(LogRuntime[TxnTable]):
             out, jobs = h.add_offsets(t, r, self._ctx())
         elif kind == "complete":
             out, jobs = h.complete(t, r, self._ctx())
-            self._jobs.pop(r.transactional_id, None)
+            running = self._jobs.get(r.transactional_id)
+            if running is not None and running[0] == r:
+                self._jobs.pop(r.transactional_id, None)
+            if not out.records:
+                meta = t.txns.get(r.transactional_id)
+                log.warning(
+                    "txn %s: completion of %s dropped: the table holds %s",
+                    r.transactional_id, r, meta,
+                )  # fmt: skip
         elif kind == "describe":
             out = Outcome(response=[h.describe(t, tid) for tid in r])
         elif kind == "list":
@@ -174,6 +182,8 @@ class TxnRuntime(LogRuntime[TxnTable]):
         await self._commit(out, req)
         for job in jobs:
             self._start(job)
+        if kind in ("init", "end", "add_partitions", "add_offsets"):
+            self._ensure_job(r.transactional_id)
 
     # ------------------------------------------------------------ marker tasks
 
@@ -186,13 +196,34 @@ class TxnRuntime(LogRuntime[TxnTable]):
         task = asyncio.create_task(self._write(job), name=f"txn-markers-{job.transactional_id}")
         self._jobs[job.transactional_id] = (job, task)
 
-    async def _write(self, job: h.MarkerJob) -> None:
+    def _ensure_job(self, txn_id: str) -> None:
+        """A Prepare* transaction must always have its marker task running (its
+        requests answer CONCURRENT_TRANSACTIONS until it completes); restart it if not.
+        Never expected to act: it logs loudly when it does."""
+        meta = self._table.txns.get(txn_id)
+        if meta is None or not meta.state.preparing:
+            return
+        job = h.job_of(meta)
+        running = self._jobs.get(txn_id)
+        if running is None or running[0] != job or _failed(running[1]):
+            log.warning("txn %s: %s had no marker task; restarting it", txn_id, meta.state.value)
+            self._start(job)
+
+    async def _write(self, job: h.MarkerJob) -> bool:
+        """True once ``complete`` is posted; False when the write failed (logged; the next
+        request of the transactional id restarts the task, :meth:`_ensure_job`)."""
         try:
             await self._markers.write(job, self.epoch)
         except asyncio.CancelledError:
             raise
-        except Exception:  # never expected: write retries everything; log and let load redo it
+        except Exception:  # never expected: write retries everything
             log.exception("txn %s: marker task failed", job.transactional_id)
-            return
+            return False
         with contextlib.suppress(RuntimeError):
             self.post("complete", job)
+        return True
+
+
+def _failed(task: asyncio.Task[bool]) -> bool:
+    """The marker task ended without posting its completion."""
+    return task.done() and (task.cancelled() or task.exception() is not None or not task.result())
