@@ -19,7 +19,8 @@ owners through its epoch marker. Releasing: stop the runtime (its requests get
 NOT_COORDINATOR); the owners key stays, the next owner bumps the epoch.
 
 :class:`Ownership` runs as one task (``coordinator-ownership``) that owns ``runtimes`` (read
-by the servicer on the same loop); a helper task watches the ids prefix and wakes it; it also
+by the servicer on the same loop); a helper task watches the ids prefix and wakes it, and so
+does a runtime task that ends (rounds are at least ``MIN_ROUND_GAP_S`` apart); it also
 re-checks every second: a runtime that gave its partition up after fencing or a failed append
 is retaken with a new epoch while the partition still maps here, and a runtime whose
 (coordinator id, epoch) is no longer what the owners key records is released and retaken (two
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 IDS_PREFIX = "/headwater/coordinators/ids/"
 OWNERS_PREFIX = "/headwater/coordinators/owners/"
 TXN_OWNERS_PREFIX = "/headwater/coordinators/txn_owners/"
+#: The least time between two reconcile rounds (two owners fencing each other while their
+#: views of the live ids differ must not bump epochs in a tight loop).
+MIN_ROUND_GAP_S = 0.1
 
 
 def partition_for(group_id: str, partitions: int) -> int:
@@ -134,13 +138,18 @@ class Ownership:
         watcher = asyncio.create_task(self._watch(), name=f"{self._task_prefix}-ids-watch")
         try:
             while True:
+                # cleared BEFORE reconciling: a wake-up (ids changed, a runtime ended) that
+                # arrives while reconciling makes the next round start at once instead of
+                # being lost for a second (start-up: a peer registering while this one takes
+                # partitions it no longer maps to kept both owners churning for ~1 s)
+                self._wake.clear()
                 try:
                     await self._reconcile()
                 except hetcd.EtcdError as exc:
                     log.warning("ownership reconcile failed: %s", exc)
-                self._wake.clear()
+                await asyncio.sleep(MIN_ROUND_GAP_S)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                    await asyncio.wait_for(self._wake.wait(), 1.0 - MIN_ROUND_GAP_S)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -216,7 +225,9 @@ class Ownership:
             return
         rt = self._make_runtime(p, epoch)
         self.runtimes[p] = rt
-        self._tasks[p] = asyncio.create_task(rt.run(), name=f"{self._task_prefix}-{p}-e{epoch}")
+        task = asyncio.create_task(rt.run(), name=f"{self._task_prefix}-{p}-e{epoch}")
+        task.add_done_callback(lambda _t: self._wake.set())  # fenced / given up: retake soon
+        self._tasks[p] = task
         log.info(
             "coordinator %d took %s %d at epoch %d",
             self.coordinator_id,
