@@ -53,7 +53,14 @@ KNOWN = {
     "acks",
     "lingerms",
     "path",
+    "exactlyonce",
+    "transactionalidprefix",
+    "transactiontimeoutms",
+    "committopic",
 }
+
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+DEFAULT_COMMIT_TOPIC = "__headwater_spark_commits"
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ class SourceOptions:
     poll_timeout_ms: int
     fetch_max_bytes: int
     arrow_batches: bool
+    isolation_level: str = "read_uncommitted"
 
     def executor_config(self) -> ExecutorConfig:
         return ExecutorConfig(
@@ -87,6 +95,7 @@ class SourceOptions:
             self.poll_timeout_ms,
             self.fetch_max_bytes,
             self.arrow_batches,
+            self.isolation_level,
         )
 
 
@@ -100,6 +109,7 @@ class ExecutorConfig:
     poll_timeout_ms: int
     fetch_max_bytes: int
     arrow_batches: bool
+    isolation_level: str = "read_uncommitted"
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -262,15 +272,35 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         poll_timeout_ms=_pos_int(o, "pollTimeoutMs", 120_000) or 120_000,
         fetch_max_bytes=_pos_int(o, "fetchMaxBytes", 4 * 1024 * 1024) or 4 * 1024 * 1024,
         arrow_batches=_bool(o, "arrowBatches", True),
+        isolation_level=_isolation(o),
     )
+
+
+def _isolation(o: dict[str, str]) -> str:
+    raw = o.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if raw not in ISOLATION_LEVELS:
+        raise InvalidConfigError(
+            f"option kafka.isolation.level must be read_uncommitted or read_committed, not {raw!r}"
+        )
+    return raw
 
 
 @dataclass(frozen=True)
 class SinkOptions:
+    """The parsed write options. ``exactly_once`` (streaming only) needs ``txn_prefix``
+    (option transactionalIdPrefix: unique per query, stable across its restarts)."""
+
     bootstrap: str
     topic: str | None
     acks: str
     linger_ms: int
+    exactly_once: bool = False
+    txn_prefix: str | None = None
+    txn_timeout_ms: int = 300_000
+    commit_topic: str = DEFAULT_COMMIT_TOPIC
+
+
+MAX_TXN_TIMEOUT_MS = 15 * 60 * 1000  # the transaction coordinator's default limit
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -278,9 +308,28 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     acks = o.get("acks", "all")
     if acks not in ("all", "-1", "1", "0"):
         raise InvalidConfigError(f"option acks must be all, -1, 1 or 0, not {acks!r}")
+    exactly_once = _bool(o, "exactlyOnce", False)
+    prefix = o.get("transactionalidprefix") or None
+    if exactly_once:
+        if prefix is None:
+            raise InvalidConfigError(
+                "exactlyOnce=true needs the option transactionalIdPrefix (unique per query, "
+                "the same across its restarts)"
+            )
+        if "/" in prefix:
+            raise InvalidConfigError("option transactionalIdPrefix must not contain '/'")
+        if acks not in ("all", "-1"):
+            raise InvalidConfigError("exactlyOnce=true needs acks=all")
+    timeout = _pos_int(o, "transactionTimeoutMs", 300_000) or 300_000
+    if timeout > MAX_TXN_TIMEOUT_MS:
+        raise InvalidConfigError(f"option transactionTimeoutMs must be <= {MAX_TXN_TIMEOUT_MS}")
     return SinkOptions(
         bootstrap=bootstrap_of(o),
         topic=o.get("topic") or None,
         acks=acks,
         linger_ms=_pos_int(o, "lingerMs", 5) or 5,
+        exactly_once=exactly_once,
+        txn_prefix=prefix,
+        txn_timeout_ms=timeout,
+        commit_topic=o.get("committopic") or DEFAULT_COMMIT_TOPIC,
     )

@@ -43,6 +43,7 @@ async def _new_consumer(cfg: ExecutorConfig) -> AsyncConsumer:
         max_buffer_bytes=4 * cfg.fetch_max_bytes,
         fetch_max_wait_ms=200,
         client_id="headwater-spark",
+        isolation_level=cfg.isolation_level,
     )
 
 

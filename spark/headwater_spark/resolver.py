@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 
-from headwater.client import AdminClient
+from headwater.client import AdminClient, Consumer
 from headwater.client.types import TopicPartition
 from headwater.errors import InvalidConfigError, OffsetOutOfRangeError
 from headwater_spark.options import (
@@ -63,6 +63,16 @@ class Resolver:
         return {tp: found[tp].offset for tp in tps}
 
     def latest(self, tps: list[TopicPartition]) -> PartitionOffsets:
+        """The end of each partition: the high watermark, or with
+        ``kafka.isolation.level=read_committed`` the last stable offset (nothing of an open
+        transaction is planned, so executors never wait on undecided records)."""
+        if self.opts.isolation_level == "read_committed" and tps:
+            consumer = Consumer(self.opts.bootstrap, isolation_level="read_committed")
+            try:
+                ends = consumer.end_offsets(tps)
+            finally:
+                consumer.close()
+            return {tp: ends[tp] for tp in tps}
         found = self.admin.list_offsets(dict.fromkeys(tps, "latest"))
         return {tp: found[tp].offset for tp in tps}
 

@@ -13,8 +13,8 @@ worker's loop (:mod:`headwater_spark.worker_loop`; ``acks`` option, default all)
 batch Spark hands over is split by (topic, partition) and sent with ``send_many``; the task
 returns only after every record is acknowledged, and fails on the first error. Guarantee:
 **at-least-once**. A task retried by Spark, or a micro-batch re-run after a failure, sends its
-rows again (duplicates in the topic). Exactly-once with transactions keyed by the micro-batch
-id waits for the transactions issue (docs/spark.md).
+rows again (duplicates in the topic). ``writeStream`` with ``exactlyOnce=true`` uses
+:mod:`headwater_spark.sink_txn` instead (transactions decided per micro-batch, docs/spark.md).
 """
 
 from __future__ import annotations
@@ -162,6 +162,11 @@ def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Writt
 class HeadwaterWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.opts = parse_sink_options(options)
+        if self.opts.exactly_once:
+            raise InvalidConfigError(
+                "exactlyOnce is for writeStream only (a batch write is one job: it either "
+                "fails and is re-run, or succeeds)"
+            )
         validate_schema(schema, self.opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:

@@ -88,6 +88,12 @@ class HeadwaterDataSource(DataSource):
         return HeadwaterWriter(dict(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from headwater_spark.options import parse_sink_options
+
+        if parse_sink_options(dict(self.options)).exactly_once:
+            from headwater_spark.sink_txn import HeadwaterTxnStreamWriter
+
+            return HeadwaterTxnStreamWriter(dict(self.options), schema)
         from headwater_spark.sink import HeadwaterStreamWriter
 
         return HeadwaterStreamWriter(dict(self.options), schema)
