@@ -9,12 +9,129 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ConfigResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONFIG_TOPIC: _ClassVar[ConfigResourceType]
+    CONFIG_BROKER: _ClassVar[ConfigResourceType]
+    CONFIG_CLIENT: _ClassVar[ConfigResourceType]
+    CONFIG_USER: _ClassVar[ConfigResourceType]
+
+class ConfigSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONFIG_SOURCE_DEFAULT: _ClassVar[ConfigSource]
+    CONFIG_SOURCE_TOPIC: _ClassVar[ConfigSource]
+    CONFIG_SOURCE_DYNAMIC_BROKER: _ClassVar[ConfigSource]
+    CONFIG_SOURCE_DYNAMIC_DEFAULT: _ClassVar[ConfigSource]
+    CONFIG_SOURCE_STATIC_BROKER: _ClassVar[ConfigSource]
+    CONFIG_SOURCE_ENTITY: _ClassVar[ConfigSource]
+
 class ElectionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PREFERRED: _ClassVar[ElectionType]
     UNCLEAN: _ClassVar[ElectionType]
+CONFIG_TOPIC: ConfigResourceType
+CONFIG_BROKER: ConfigResourceType
+CONFIG_CLIENT: ConfigResourceType
+CONFIG_USER: ConfigResourceType
+CONFIG_SOURCE_DEFAULT: ConfigSource
+CONFIG_SOURCE_TOPIC: ConfigSource
+CONFIG_SOURCE_DYNAMIC_BROKER: ConfigSource
+CONFIG_SOURCE_DYNAMIC_DEFAULT: ConfigSource
+CONFIG_SOURCE_STATIC_BROKER: ConfigSource
+CONFIG_SOURCE_ENTITY: ConfigSource
 PREFERRED: ElectionType
 UNCLEAN: ElectionType
+
+class ConfigResource(_message.Message):
+    __slots__ = ("type", "name", "client_id")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    type: ConfigResourceType
+    name: str
+    client_id: str
+    def __init__(self, type: _Optional[_Union[ConfigResourceType, str]] = ..., name: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class ConfigEntry(_message.Message):
+    __slots__ = ("name", "value", "source", "read_only", "documentation")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTATION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    source: ConfigSource
+    read_only: bool
+    documentation: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., source: _Optional[_Union[ConfigSource, str]] = ..., read_only: _Optional[bool] = ..., documentation: _Optional[str] = ...) -> None: ...
+
+class DescribeConfigsRequest(_message.Message):
+    __slots__ = ("resources", "include_defaults")
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_DEFAULTS_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.RepeatedCompositeFieldContainer[ConfigResource]
+    include_defaults: bool
+    def __init__(self, resources: _Optional[_Iterable[_Union[ConfigResource, _Mapping]]] = ..., include_defaults: _Optional[bool] = ...) -> None: ...
+
+class DescribeConfigsResult(_message.Message):
+    __slots__ = ("resource", "error_code", "error_message", "entries")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    resource: ConfigResource
+    error_code: _errors_pb2.ErrorCode
+    error_message: str
+    entries: _containers.RepeatedCompositeFieldContainer[ConfigEntry]
+    def __init__(self, resource: _Optional[_Union[ConfigResource, _Mapping]] = ..., error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ...) -> None: ...
+
+class DescribeConfigsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[DescribeConfigsResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[DescribeConfigsResult, _Mapping]]] = ...) -> None: ...
+
+class AlterConfigsResource(_message.Message):
+    __slots__ = ("resource", "set", "delete")
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    resource: ConfigResource
+    set: _containers.ScalarMap[str, str]
+    delete: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resource: _Optional[_Union[ConfigResource, _Mapping]] = ..., set: _Optional[_Mapping[str, str]] = ..., delete: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AlterConfigsRequest(_message.Message):
+    __slots__ = ("resources", "validate_only")
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.RepeatedCompositeFieldContainer[AlterConfigsResource]
+    validate_only: bool
+    def __init__(self, resources: _Optional[_Iterable[_Union[AlterConfigsResource, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class AlterConfigsResult(_message.Message):
+    __slots__ = ("resource", "error_code", "error_message")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    resource: ConfigResource
+    error_code: _errors_pb2.ErrorCode
+    error_message: str
+    def __init__(self, resource: _Optional[_Union[ConfigResource, _Mapping]] = ..., error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class AlterConfigsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AlterConfigsResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AlterConfigsResult, _Mapping]]] = ...) -> None: ...
 
 class AlterPartitionItem(_message.Message):
     __slots__ = ("topic", "partition", "leader_epoch", "partition_epoch", "new_isr")

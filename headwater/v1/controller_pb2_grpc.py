@@ -84,6 +84,16 @@ class ControllerStub:
                 request_serializer=headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
+        self.DescribeConfigs = channel.unary_unary(
+                '/headwater.v1.Controller/DescribeConfigs',
+                request_serializer=headwater_dot_v1_dot_controller__pb2.DescribeConfigsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_controller__pb2.DescribeConfigsResponse.FromString,
+                _registered_method=True)
+        self.AlterConfigs = channel.unary_unary(
+                '/headwater.v1.Controller/AlterConfigs',
+                request_serializer=headwater_dot_v1_dot_controller__pb2.AlterConfigsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_controller__pb2.AlterConfigsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -155,6 +165,24 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeConfigs(self, request, context):
+        """--- dynamic configuration and quotas (docs/configuration.md, docs/quotas.md) ---
+        Configs of topics, brokers (one broker, or "<default>": every broker), clients and users,
+        stored in etcd, validated before anything is written, applied without restart. Client and
+        user entities carry the quota keys producer_byte_rate, consumer_byte_rate and
+        request_percentage (seed 000 §4.9). Any controller answers Describe; Alter goes to the
+        active one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterConfigs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -207,6 +235,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ListPartitionReassignments,
                     request_deserializer=headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConfigs,
+                    request_deserializer=headwater_dot_v1_dot_controller__pb2.DescribeConfigsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_controller__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'AlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterConfigs,
+                    request_deserializer=headwater_dot_v1_dot_controller__pb2.AlterConfigsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_controller__pb2.AlterConfigsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -479,6 +517,60 @@ class Controller:
             '/headwater.v1.Controller/ListPartitionReassignments',
             headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
             headwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/DescribeConfigs',
+            headwater_dot_v1_dot_controller__pb2.DescribeConfigsRequest.SerializeToString,
+            headwater_dot_v1_dot_controller__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/AlterConfigs',
+            headwater_dot_v1_dot_controller__pb2.AlterConfigsRequest.SerializeToString,
+            headwater_dot_v1_dot_controller__pb2.AlterConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,
