@@ -7,7 +7,10 @@ size gauge (removed when the partition leaves this broker).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import prometheus_client as prom
 
@@ -61,3 +64,97 @@ def set_log_size(topic: str, partition: int, size: int) -> None:
 def forget_partition(topic: str, partition: int) -> None:
     with contextlib.suppress(KeyError):
         LOG_SIZE.remove(topic, str(partition))
+    with contextlib.suppress(KeyError):
+        LOG_SEGMENTS.remove(topic, str(partition))
+
+
+# ---- replication health, log shape and records out (issue 6 part 3) ----------------------
+# Gauges below are recomputed by :func:`refresh_partition_gauges` (a periodic broker task on
+# the event loop), counters are incremented where the event happens.
+
+RECORDS_OUT = prom.Counter(
+    "headwater_broker_records_out_total",
+    "Records sent to consumers by Fetch (whole batches, so may include records before the "
+    "requested offset), by topic",
+    ["topic"],
+)
+UNDER_REPLICATED = prom.Gauge(
+    "headwater_broker_under_replicated_partitions",
+    "Partitions led by this broker whose ISR is smaller than their replica set",
+)
+AT_MIN_ISR = prom.Gauge(
+    "headwater_broker_at_min_isr_partitions",
+    "Partitions led by this broker whose ISR size equals min.insync.replicas",
+)
+UNDER_MIN_ISR = prom.Gauge(
+    "headwater_broker_under_min_isr_partitions",
+    "Partitions led by this broker whose ISR is below min.insync.replicas (acks=all refused)",
+)
+LOG_SEGMENTS = prom.Gauge(
+    "headwater_broker_log_segments",
+    "Segments of a partition's log",
+    ["topic", "partition"],
+)
+ISR_SHRINKS = prom.Counter(
+    "headwater_broker_isr_shrinks_total",
+    "ISR changes of partitions led by this broker that removed replicas",
+)
+ISR_EXPANDS = prom.Counter(
+    "headwater_broker_isr_expands_total",
+    "ISR changes of partitions led by this broker that added replicas",
+)
+
+_BATCH_LENGTH_AT = 8
+_RECORD_COUNT_AT = 60
+_LOG_OVERHEAD = 12
+
+
+def count_records(data: bytes | bytearray | memoryview) -> int:
+    """Records in a buffer of whole, concatenated record batches (header fields only; a
+    truncated trailing batch is not counted)."""
+    n = pos = 0
+    end = len(data)
+    while pos + 64 <= end:
+        length = int.from_bytes(data[pos + _BATCH_LENGTH_AT : pos + _BATCH_LENGTH_AT + 4], "little")
+        n += int.from_bytes(data[pos + _RECORD_COUNT_AT : pos + _RECORD_COUNT_AT + 4], "little")
+        if length <= 0:
+            break
+        pos += _LOG_OVERHEAD + length
+    return n
+
+
+def observe_isr_change(old: tuple[int, ...], new: tuple[int, ...]) -> None:
+    """Count one ISR change of a led partition as a shrink and/or an expand."""
+    if set(old) - set(new):
+        ISR_SHRINKS.inc()
+    if set(new) - set(old):
+        ISR_EXPANDS.inc()
+
+
+def refresh_partition_gauges(partitions: Iterable[Any]) -> None:
+    """Recompute the replication-health and log-shape gauges from the hosted partitions
+    (``services.broker.partition.Partition``: ``topic``, ``partition``, ``is_leader``,
+    ``replicas``, ``isr``, ``config.min_insync_replicas``, ``log``). Call on the loop."""
+    under = at_min = under_min = 0
+    for p in partitions:
+        if p.log.closed:
+            continue
+        LOG_SEGMENTS.labels(p.topic, str(p.partition)).set(p.log.num_segments)
+        LOG_SIZE.labels(p.topic, str(p.partition)).set(int(p.log.size_in_bytes))
+        if not p.is_leader:
+            continue
+        isr = len(p.isr)
+        min_isr = p.config.min_insync_replicas
+        under += isr < len(p.replicas)
+        at_min += isr == min_isr
+        under_min += isr < min_isr
+    UNDER_REPLICATED.set(under)
+    AT_MIN_ISR.set(at_min)
+    UNDER_MIN_ISR.set(under_min)
+
+
+async def refresh_every(interval_s: float, partitions: Callable[[], Iterable[Any]]) -> None:
+    """Run :func:`refresh_partition_gauges` every ``interval_s`` seconds (until cancelled)."""
+    while True:
+        refresh_partition_gauges(list(partitions()))
+        await asyncio.sleep(interval_s)

@@ -201,6 +201,8 @@ class Partition:
         epoch cache at the log end offset; the HW stays where it was (checkpoint/known)."""
         async with self._append_lock:
             new = not self.is_leader or s.leader_epoch != self.leader_epoch
+            if not new:
+                metrics.observe_isr_change(self.isr, s.isr)
             self._set_state(s)
             self.role = Role.LEADER
             if new:
@@ -250,6 +252,7 @@ class Partition:
         if s.partition_epoch <= self.partition_epoch:
             return False
         self.partition_epoch = s.partition_epoch
+        metrics.observe_isr_change(self.isr, s.isr)
         self.isr = s.isr
         self.pending_isr = None
         log.info("%r: ISR is now %s (partition epoch %d)", self, list(s.isr), s.partition_epoch)

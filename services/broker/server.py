@@ -50,7 +50,7 @@ from headwater import etcd as hetcd
 from headwater.batch.codec import now_ms
 from headwater.errors import HeadwaterError
 from headwater.rpc.server import start_server
-from services.broker import servicer
+from services.broker import metrics, servicer
 from services.broker.handlers.init_producer_id import ProducerIds
 from services.broker.metadata_cache import MetadataCache
 from services.broker.registration import LEASE_TTL_S, Registration
@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 
 RETENTION_INTERVAL_S = 30.0
 FLUSH_INTERVAL_S = 1.0
+METRICS_INTERVAL_S = 1.0
 STOP_GRACE_S = 1.0
 HW_CHECKPOINT_INTERVAL_S = 1.0
 
@@ -219,6 +220,13 @@ async def serve(settings: BrokerSettings) -> int:
             create_guarded_task(
                 _every(RETENTION_INTERVAL_S, "retention", rm.retention_pass),
                 name="broker-retention",
+                on_failure=fail,
+            )
+        )
+        tasks.append(  # replication-health and log-shape gauges (services.broker.metrics)
+            create_guarded_task(
+                metrics.refresh_every(METRICS_INTERVAL_S, rm.partitions.values),
+                name="broker-metrics",
                 on_failure=fail,
             )
         )

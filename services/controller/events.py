@@ -35,12 +35,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import prometheus_client as prom
-
 from headwater import errors
 from headwater import etcd as hetcd
 from headwater.v1 import metadata_pb2
-from services.controller import coordinators, operations, reassignment
+from services.controller import coordinators, metrics, operations, reassignment
 from services.controller import state as st
 from services.controller.broker_channels import BrokerChannels
 from services.controller.leadership import elect
@@ -48,11 +46,6 @@ from services.controller.requests import BrokerRequests
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-ACTIVE = prom.Gauge("headwater_controller_active", "1 while this controller is the active one")
-EPOCH = prom.Gauge("headwater_controller_epoch", "Controller epoch while active (0 standby)")
-LIVE_BROKERS = prom.Gauge("headwater_controller_live_brokers", "Registered brokers (active)")
-EVENTS = prom.Counter("headwater_controller_events_total", "Events processed", ["kind"])
 
 
 @dataclass(frozen=True)
@@ -162,9 +155,10 @@ class ControllerLoop(BrokerRequests):
         """Consume events forever (the one task that owns ``state``)."""
         while True:
             event = await self._queue.get()
-            EVENTS.labels(type(event).__name__).inc()
+            metrics.EVENTS.labels(type(event).__name__).inc()
             if isinstance(event, Command):
                 await self._run_command(event)
+                metrics.refresh(self.state.partitions if self.state is not None else None)
                 continue
             try:
                 await self._handle(event)
@@ -174,6 +168,8 @@ class ControllerLoop(BrokerRequests):
             except Exception:
                 log.exception("controller event %s failed", type(event).__name__)
                 self._schedule_resync()
+            finally:
+                metrics.refresh(self.state.partitions if self.state is not None else None)
 
     async def _run_command(self, cmd: Command) -> None:
         if cmd.future.done():  # the caller went away
@@ -228,8 +224,8 @@ class ControllerLoop(BrokerRequests):
     async def _become_active(self, epoch: int) -> None:
         self.epoch = epoch
         self.shutting_down = set()
-        ACTIVE.set(1)
-        EPOCH.set(epoch)
+        metrics.ACTIVE.set(1)
+        metrics.EPOCH.set(epoch)
         await self._load_and_watch()
         if self.auto_leader_rebalance and self._rebalancer is None:
             self._rebalancer = asyncio.create_task(self._tick_rebalance(), name="rebalance-timer")
@@ -270,7 +266,7 @@ class ControllerLoop(BrokerRequests):
                 candidate if result.succeeded else kvs[0].value.decode()  # type: ignore[index]
             )
         self.state = state
-        LIVE_BROKERS.set(len(state.brokers))
+        metrics.LIVE_BROKERS.set(len(state.brokers))
         keys = [(t, p) for t, topic in state.topics.items() for p in topic.assignment]
         changed = await self.write(self._reconcile(keys))
         await self.channels.sync(state.brokers)
@@ -291,8 +287,8 @@ class ControllerLoop(BrokerRequests):
     async def _resign(self) -> None:
         self.epoch = None
         self.state = None
-        ACTIVE.set(0)
-        EPOCH.set(0)
+        metrics.ACTIVE.set(0)
+        metrics.EPOCH.set(0)
         for task in (self._watcher, self._rebalancer, self._coord_watcher):
             if task is not None:
                 task.cancel()
@@ -344,7 +340,7 @@ class ControllerLoop(BrokerRequests):
         log.info("broker %d registered (epoch %d)", broker.broker_id, broker.epoch)
         self.shutting_down.discard(broker.broker_id)
         self.state.brokers[broker.broker_id] = broker
-        LIVE_BROKERS.set(len(self.state.brokers))
+        metrics.LIVE_BROKERS.set(len(self.state.brokers))
         await self.channels.sync(self.state.brokers)
         mine = self.keys_on(broker.broker_id)
         changed = await self.write(self._reconcile(mine))
@@ -359,7 +355,7 @@ class ControllerLoop(BrokerRequests):
         if self.state.brokers.pop(broker_id, None) is None:
             return
         log.info("broker %d gone", broker_id)
-        LIVE_BROKERS.set(len(self.state.brokers))
+        metrics.LIVE_BROKERS.set(len(self.state.brokers))
         await self.channels.sync(self.state.brokers)
         changed = await self.write(self._reconcile(self.keys_on(broker_id)))
         self.send_leader_and_isr(changed)
@@ -406,6 +402,8 @@ class ControllerLoop(BrokerRequests):
         if not changes:
             return []
         written = await st.write_states(self.etcd, self.epoch, changes)
+        for key, s in written.items():
+            metrics.observe_transition(self.state.partitions.get(key), s)
         self.state.partitions.update(written)
         return sorted(changes)
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from headwater.v1 import controller_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.controller import metrics
 from services.controller import state as st
 
 if TYPE_CHECKING:
@@ -171,6 +172,7 @@ async def apply_step(loop: ControllerLoop, key: PartitionKey, step: Step) -> Non
         loop.etcd, loop.epoch, topic, after, key[1], step.state
     )
     loop.state.topics[key[0]] = after
+    metrics.observe_transition(loop.state.partitions.get(key), written)
     loop.state.partitions[key] = written
     log.info(
         "%s-%d: replicas %s, adding %s, removing %s, leader %d (epoch %d), isr %s",

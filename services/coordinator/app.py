@@ -11,7 +11,7 @@ GroupCoordinator and TransactionCoordinator); register under a lease and take pa
 Long-lived tasks (guarded: one that dies stops the process): ``coordinator-ownership`` (owns
 the partition runtimes, each its own task), ``coordinator-txn-ownership`` (the same for
 ``__transaction_state``: txn/runtime.py) and ``coordinator-metrics`` (every
-``metrics_interval_s`` refreshes headwater_group_lag / headwater_group_members from each
+``metrics_interval_s`` refreshes headwater_coordinator_group_lag / _group_members from each
 owned partition's snapshot and the partitions' log ends) and ``coordinator-topic-watch``
 (every ``topic_watch_interval_s`` rebalances owned groups whose subscribed topics changed
 partition count: :mod:`topic_watch`).
@@ -27,8 +27,6 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-import prometheus_client as prom
-
 from headwater import errors
 from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncProducer
@@ -36,6 +34,7 @@ from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import Metadata
 from headwater.rpc.server import start_server
 from services.controller.app import _connect_etcd, write_ready_file
+from services.coordinator import metrics
 from services.coordinator.ownership import TXN_OWNERS_PREFIX, Ownership
 from services.coordinator.runtime import OFFSETS_TOPIC, PartitionLostError, PartitionRuntime
 from services.coordinator.servicer import GroupCoordinatorServicer, measure_ends, register
@@ -49,14 +48,6 @@ from services.producer_ids import ProducerIdAllocator
 log = logging.getLogger(__name__)
 
 BROKERS_PREFIX = "/headwater/brokers/ids/"
-
-GROUP_LAG = prom.Gauge(
-    "headwater_group_lag",
-    "Committed offset behind the partition end",
-    ["group", "topic", "partition"],
-)
-GROUP_MEMBERS = prom.Gauge("headwater_group_members", "Members of the group", ["group"])
-REBALANCES = prom.Counter("headwater_group_rebalances_total", "Rebalances completed", ["group"])
 
 
 @dataclass(frozen=True)
@@ -147,17 +138,17 @@ async def refresh_metrics(ownership: Ownership, admin: AsyncAdminClient, every_s
             except PartitionLostError:
                 continue
             for s in snaps:
-                GROUP_MEMBERS.labels(s.group_id).set(s.members)
+                metrics.GROUP_MEMBERS.labels(s.group_id).set(s.members)
                 now.add((s.group_id,))
                 ends = await measure_ends(admin, sorted(s.offsets))
                 for (topic, p), committed in s.offsets.items():
                     if (topic, p) in ends:
                         lag = max(0, ends[(topic, p)][1] - committed)
-                        GROUP_LAG.labels(s.group_id, topic, str(p)).set(lag)
+                        metrics.GROUP_LAG.labels(s.group_id, topic, str(p)).set(lag)
                         now.add((s.group_id, topic, str(p)))
         for labels in shown - now:
             with contextlib.suppress(KeyError):
-                (GROUP_MEMBERS if len(labels) == 1 else GROUP_LAG).remove(*labels)
+                (metrics.GROUP_MEMBERS if len(labels) == 1 else metrics.GROUP_LAG).remove(*labels)
         shown = now
 
 
@@ -212,7 +203,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             producer=producer,
             bootstrap=bootstrap,
             offsets_retention_ms=settings.offsets_retention_ms,
-            on_rebalance=lambda g, _ms: REBALANCES.labels(g).inc(),
+            on_rebalance=metrics.observe_rebalance,
         )
 
     def make_txn_runtime(p: int, epoch: int) -> TxnRuntime:

@@ -163,6 +163,7 @@ async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncItera
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if data:
             metrics.BYTES_OUT.labels(req.topic).inc(len(data))
+            metrics.RECORDS_OUT.labels(req.topic).inc(metrics.count_records(data))
         yield Chunk(
             start,
             data,
