@@ -158,3 +158,46 @@ async def refresh_every(interval_s: float, partitions: Callable[[], Iterable[Any
     while True:
         refresh_partition_gauges(list(partitions()))
         await asyncio.sleep(interval_s)
+
+
+# Quotas (docs/quotas.md). ``type``: produce | fetch | request. ``user``/``client_id``: the
+# quota group's tags (services/broker/quotas/entities.py); series of a group idle for a while
+# are removed.
+QUOTA_RATE = prom.Gauge(
+    "headwater_broker_quota_rate",
+    "Rate measured over the quota window, by quota type and group: bytes/s for produce and "
+    "fetch, percent of one thread's time for request",
+    ["type", "user", "client_id"],
+)
+QUOTA_LIMIT = prom.Gauge(
+    "headwater_broker_quota_limit",
+    "The quota applying to the group (same unit as headwater_broker_quota_rate)",
+    ["type", "user", "client_id"],
+)
+QUOTA_VALUE = prom.Counter(
+    "headwater_broker_quota_recorded_total",
+    "What was recorded against the quota: bytes for produce and fetch, percent-seconds of "
+    "handling time for request",
+    ["type", "user", "client_id"],
+)
+QUOTA_THROTTLE_SECONDS = prom.Counter(
+    "headwater_broker_quota_throttle_seconds_total",
+    "Throttle delay imposed on the group's clients, seconds",
+    ["type", "user", "client_id"],
+)
+QUOTA_THROTTLED = prom.Counter(
+    "headwater_broker_quota_throttled_total",
+    "Responses that carried (or requests that caused) a throttle delay",
+    ["type", "user", "client_id"],
+)
+QUOTA_REQUEST_SECONDS = prom.Counter(
+    "headwater_broker_quota_request_time_seconds_total",
+    "Time spent running client request handlers on the event loop, by (user, client-id)",
+    ["user", "client_id"],
+)
+
+
+def forget_quota_group(kind: str, user: str, client_id: str) -> None:
+    for metric in (QUOTA_RATE, QUOTA_LIMIT, QUOTA_VALUE, QUOTA_THROTTLE_SECONDS, QUOTA_THROTTLED):
+        with contextlib.suppress(KeyError):
+            metric.remove(kind, user, client_id)

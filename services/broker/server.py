@@ -12,7 +12,10 @@ Everything runs on one asyncio loop (``asyncio.run(serve(...))``). Who owns what
   - ``broker-registration``: re-registers in etcd when the lease is lost
     (:class:`services.broker.registration.Registration`); the lease keepalive itself is a task
     owned by the etcd adapter's ``LeaseKeeper``;
-  - ``broker-retention``: every ``RETENTION_INTERVAL_S``, deletes expired segments;
+  - ``broker-config``: watches ``/headwater/configs/brokers/`` and applies the dynamic broker
+    configs (topic defaults) to hosted partitions (``dynamic_config.py``);
+  - ``broker-retention``: every ``--log-retention-check-interval-ms``, deletes expired
+    segments;
   - ``broker-flush``: every ``FLUSH_INTERVAL_S``, fsyncs logs whose flush policy is due;
   - ``broker-log-cleaner``: every ``--log-cleaner-backoff-ms``, one compaction pass over each
     hosted log whose cleanup.policy includes compact, one log at a time in a worker thread,
@@ -23,6 +26,9 @@ Everything runs on one asyncio loop (``asyncio.run(serve(...))``). Who owns what
   - ``broker-isr-shrink``: every ``replica.lag.time.max.ms / 2``, proposes removing lagging
     followers from the ISRs this broker leads (``replication/isr.py``);
   - ``broker-alter-partition``: sends ISR proposals to the controller (AlterPartition);
+  - ``broker-quota-configs``: keeps the quota manager's configs equal to etcd's
+    ``/headwater/configs/`` (``quotas/watcher.py``); ``broker-quota-metrics``: refreshes the
+    quota rate gauges once per quota window;
   - ``broker-fetcher-<leader>``: one follower fetch session per leader broker, created on
     demand by the replica manager's ``FetcherManager`` (``replication/fetcher.py``).
 
@@ -51,8 +57,11 @@ from headwater.batch.codec import now_ms
 from headwater.errors import HeadwaterError
 from headwater.rpc.server import start_server
 from services.broker import metrics, servicer
+from services.broker.dynamic_config import BrokerConfig
 from services.broker.handlers.init_producer_id import ProducerIds
 from services.broker.metadata_cache import MetadataCache
+from services.broker.quotas import watcher as quota_watcher
+from services.broker.quotas.manager import QuotaManager
 from services.broker.registration import LEASE_TTL_S, Registration
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.peers import Peers
@@ -90,6 +99,22 @@ class BrokerSettings:
     log_cleaner_backoff_ms: int = 15_000
     #: Cleaner read+write throttle (``--log-cleaner-io-max-bytes-per-second``); None: none.
     log_cleaner_io_max_bytes_per_s: float | None = None
+    #: Pause between two retention passes (``--log-retention-check-interval-ms``).
+    retention_check_interval_ms: int = int(RETENTION_INTERVAL_S * 1000)
+    #: Static broker configs (``--config``): topic defaults and the quota window.
+    static_configs: dict[str, str] = field(default_factory=dict)
+
+    def registered_configs(self) -> dict[str, str]:
+        """The start-up configs reported by DescribeConfigs (source static)."""
+        return {
+            **self.static_configs,
+            "broker.id": str(self.broker_id),
+            "broker.rack": self.rack,
+            "log.dirs": ",".join(str(d) for d in self.data_dirs),
+            "replica.lag.time.max.ms": str(self.replica_lag_time_max_ms),
+            "log.retention.check.interval.ms": str(self.retention_check_interval_ms),
+            "log.cleaner.backoff.ms": str(self.log_cleaner_backoff_ms),
+        }
 
 
 def create_guarded_task(
@@ -183,11 +208,12 @@ async def serve(settings: BrokerSettings) -> int:
     )
     await asyncio.to_thread(rm.load_high_watermarks)
     producer_ids = ProducerIds()
+    quotas = QuotaManager(settings.broker_id)
 
     running = await start_server(
         host=settings.host,
         port=settings.port,
-        register=[servicer.registrar(rm, producer_ids)],
+        register=[servicer.registrar(rm, producer_ids, quotas)],
         service="broker",
         metrics_port=settings.metrics_port,
     )
@@ -197,6 +223,10 @@ async def serve(settings: BrokerSettings) -> int:
     try:
         client = await hetcd.Etcd.connect(settings.etcd)
         producer_ids.allocator = ProducerIdAllocator(client)
+        broker_config = BrokerConfig(
+            client, settings.broker_id, settings.static_configs, rm.set_topic_defaults
+        )
+        await broker_config.load()  # topic defaults known before the first LeaderAndIsr
 
         def set_epoch(epoch: int | None) -> None:
             rm.broker_epoch = epoch
@@ -210,15 +240,19 @@ async def serve(settings: BrokerSettings) -> int:
             metrics_url=f"http://{settings.host}:{running.metrics_port}/metrics",
             on_epoch=set_epoch,
             ttl=settings.session_timeout_s,
+            static_configs=settings.registered_configs(),
         )
         await registration.register()
         # The tasks, one line each:
         tasks.append(  # re-register under a new lease when the lease is lost
             create_guarded_task(registration.run(), name="broker-registration", on_failure=fail)
         )
+        tasks.append(  # dynamic broker configs from etcd, applied without restart
+            create_guarded_task(broker_config.run(), name="broker-config", on_failure=fail)
+        )
         tasks.append(  # time and size retention: delete whole expired segments
             create_guarded_task(
-                _every(RETENTION_INTERVAL_S, "retention", rm.retention_pass),
+                _every(settings.retention_check_interval_ms / 1000, "retention", rm.retention_pass),
                 name="broker-retention",
                 on_failure=fail,
             )
@@ -260,6 +294,14 @@ async def serve(settings: BrokerSettings) -> int:
         )
         tasks.append(  # ISR proposals -> AlterPartition to the controller
             create_guarded_task(rm.isr.run_sender(), name="broker-alter-partition", on_failure=fail)
+        )
+        tasks.append(  # quota configs from etcd, applied without restart
+            create_guarded_task(
+                quota_watcher.run(quotas, client), name="broker-quota-configs", on_failure=fail
+            )
+        )
+        tasks.append(  # quota rate gauges decay between records
+            create_guarded_task(quotas.run_metrics(), name="broker-quota-metrics", on_failure=fail)
         )
         if settings.ready_file is not None:
             _write_ready_file(settings.ready_file, running.port, running.metrics_port)

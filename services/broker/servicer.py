@@ -1,4 +1,10 @@
-"""The ``headwater.v1.Broker`` gRPC servicer: routes each RPC to its handler module."""
+"""The ``headwater.v1.Broker`` gRPC servicer: routes each RPC to its handler module.
+
+Client RPCs (Produce, ProduceRecords, Fetch, FetchRecords, ListOffsets, Metadata,
+InitProducerId) go through quota enforcement (``services.broker.quotas.enforce``): held while
+the client is throttled, timed for the request quota, byte-rate quotas for produce and fetch.
+Broker-to-broker and controller RPCs are exempt.
+"""
 
 from __future__ import annotations
 
@@ -20,48 +26,70 @@ from services.broker.handlers import (
     replica_fetch,
     txn_markers,
 )
+from services.broker.quotas import enforce
+from services.broker.quotas.manager import QuotaManager
 from services.broker.replica_manager import ReplicaManager
 
 SERVICE_NAME = "headwater.v1.Broker"
 
 
 class BrokerServicer(broker_pb2_grpc.BrokerServicer):
-    def __init__(self, rm: ReplicaManager, producer_ids: init_producer_id.ProducerIds) -> None:
+    def __init__(
+        self,
+        rm: ReplicaManager,
+        producer_ids: init_producer_id.ProducerIds,
+        quotas: QuotaManager | None = None,
+    ) -> None:
         self._rm = rm
         self._producer_ids = producer_ids
         self._round_robin = produce_records.RoundRobin()
+        self._quotas = quotas if quotas is not None else QuotaManager(rm.broker_id)
 
     async def Produce(
         self, request: broker_pb2.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ProduceResponse:
-        return await produce.handle(self._rm, request)
+        size = sum(len(pr.records) for pr in request.partitions)
+        who = enforce.identity(context, request.client_id)
+        return await enforce.produce(self._quotas, who, produce.handle(self._rm, request), size)
 
     async def ProduceRecords(
         self, request: broker_pb2.ProduceRecordsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ProduceResponse:
-        return await produce_records.handle(self._rm, self._round_robin, request)
+        who = enforce.identity(context, request.client_id)
+        coro = produce_records.handle(self._rm, self._round_robin, request)
+        return await enforce.produce(self._quotas, who, coro, request.ByteSize())
 
     async def Fetch(
         self, request: broker_pb2.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[broker_pb2.FetchResponse]:
-        async for resp in fetch.handle(self._rm, request):
+        who = enforce.identity(context, request.client_id)
+        responses = fetch.handle(self._rm, request)
+        async for resp in enforce.stream(
+            self._quotas, who, responses, lambda r: len(r.records), _set_fetch_throttle
+        ):
             yield resp
 
     async def FetchRecords(
         self, request: broker_pb2.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[broker_pb2.FetchRecordsResponse]:
-        async for resp in fetch_records.handle(self._rm, request):
+        who = enforce.identity(context, request.client_id)
+        responses = fetch_records.handle(self._rm, request)
+        async for resp in enforce.stream(self._quotas, who, responses, lambda r: r.ByteSize()):
             yield resp
 
     async def ListOffsets(
         self, request: broker_pb2.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListOffsetsResponse:
-        return await list_offsets.handle(self._rm, request)
+        who = enforce.identity(context)
+        coro = list_offsets.handle(self._rm, request)
+        return (await enforce.unary(self._quotas, who, coro))[0]
 
     async def Metadata(
         self, request: metadata_pb2.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> metadata_pb2.MetadataResponse:
-        return await metadata.handle(self._rm.metadata, request)
+        who = enforce.identity(context)
+        coro = metadata.handle(self._rm.metadata, request)
+        return (await enforce.unary(self._quotas, who, coro))[0]
 
     async def ReplicaFetch(
         self,
@@ -94,7 +122,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     async def InitProducerId(
         self, request: transaction_pb2.InitProducerIdRequest, context: grpc.aio.ServicerContext
     ) -> transaction_pb2.InitProducerIdResponse:
-        return await init_producer_id.handle(self._producer_ids, request)
+        who = enforce.identity(context)
+        coro = init_producer_id.handle(self._producer_ids, request)
+        return (await enforce.unary(self._quotas, who, coro))[0]
 
     async def WriteTxnMarkers(
         self, request: broker_pb2.WriteTxnMarkersRequest, context: grpc.aio.ServicerContext
@@ -102,13 +132,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         return await txn_markers.handle(self._rm, request)
 
 
+def _set_fetch_throttle(response: broker_pb2.FetchResponse, ms: int) -> None:
+    response.throttle_time_ms = ms
+
+
 def registrar(
-    rm: ReplicaManager, producer_ids: init_producer_id.ProducerIds
+    rm: ReplicaManager,
+    producer_ids: init_producer_id.ProducerIds,
+    quotas: QuotaManager | None = None,
 ) -> Callable[[grpc.aio.Server], str]:
     """A ``start_server`` register callable adding the servicer; returns the service name."""
 
     def register(server: grpc.aio.Server) -> str:
-        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(rm, producer_ids), server)
+        servicer = BrokerServicer(rm, producer_ids, quotas)
+        broker_pb2_grpc.add_BrokerServicer_to_server(servicer, server)
         return SERVICE_NAME
 
     return register

@@ -1,0 +1,92 @@
+"""Sampled-window rate and the throttle delay, as Kafka's ``Rate``/``SampledStat`` and
+``ClientQuotaManager.throttleTime``. Pure logic: the clock is a parameter, nothing here awaits.
+
+A :class:`SampledRate` keeps ``num_windows`` samples of ``window_s`` seconds each. A value is
+added to the current sample (a new one starts when the current one is ``window_s`` old; the
+oldest is dropped beyond ``num_windows``). Samples older than ``num_windows * window_s`` are
+purged before measuring. The measured rate is ``total / elapsed`` where ``elapsed`` runs from
+the start of the oldest sample to now, but is never shorter than ``num_windows - 1`` whole
+windows — so a new client's first burst is spread over the whole window, as in Kafka.
+
+:func:`throttle_delay_s` is the delay that brings a rate back to its quota over the window:
+``(rate - quota) / quota * elapsed``. After that delay (with nothing recorded meanwhile) the
+measured rate is ``total / (elapsed + delay) == quota``. It is capped at the whole measurement
+span ``num_windows * window_s``.
+
+Not thread-safe: one owner (the broker's event loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """``quota.window.num`` samples of ``quota.window.size.seconds`` each."""
+
+    num_windows: int = 11
+    window_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.num_windows < 2:
+            raise ValueError(f"quota.window.num must be >= 2, got {self.num_windows}")
+        if self.window_s <= 0:
+            raise ValueError(f"quota.window.size.seconds must be > 0, got {self.window_s}")
+
+    @property
+    def span_s(self) -> float:
+        return self.num_windows * self.window_s
+
+
+class SampledRate:
+    """Rate of recorded values per second over the last ``num_windows`` windows."""
+
+    def __init__(self, config: WindowConfig, now: float) -> None:
+        self.config = config
+        #: [start time, total] per sample, oldest first; never empty
+        self._samples: list[list[float]] = [[now, 0.0]]
+
+    def record(self, value: float, now: float) -> None:
+        """Add ``value`` at time ``now`` (times never go backwards for one owner)."""
+        current = self._samples[-1]
+        if now - current[0] >= self.config.window_s:
+            current = [now, 0.0]
+            self._samples.append(current)
+            if len(self._samples) > self.config.num_windows:
+                del self._samples[0]
+        current[1] += value
+
+    def _purge(self, now: float) -> None:
+        span = self.config.span_s
+        keep = [s for s in self._samples if now - s[0] < span]
+        self._samples = keep or [[now, 0.0]]
+
+    def elapsed_s(self, now: float) -> float:
+        """The measurement span: from the oldest sample's start, at least ``num - 1`` windows."""
+        self._purge(now)
+        elapsed = now - self._samples[0][0]
+        minimum = (self.config.num_windows - 1) * self.config.window_s
+        return max(elapsed, minimum)
+
+    def total(self, now: float) -> float:
+        self._purge(now)
+        return sum(s[1] for s in self._samples)
+
+    def rate(self, now: float) -> float:
+        """Recorded values per second over the measurement span."""
+        return self.total(now) / self.elapsed_s(now)
+
+
+def throttle_delay_s(rate: float, quota: float, elapsed_s: float, max_s: float) -> float:
+    """Seconds to hold a client measured at ``rate`` so it falls back to ``quota``; 0 when
+    within the quota. ``quota`` must be positive."""
+    if rate <= quota:
+        return 0.0
+    return min((rate - quota) / quota * elapsed_s, max_s)
+
+
+def throttle_for(sensor: SampledRate, quota: float, now: float) -> float:
+    """:func:`throttle_delay_s` for a sensor's current measurement."""
+    elapsed = sensor.elapsed_s(now)
+    return throttle_delay_s(sensor.total(now) / elapsed, quota, elapsed, sensor.config.span_s)
