@@ -22,6 +22,8 @@ class ConfigKey:
     doc: str
     check: Callable[[Any], bool] = lambda v: True
     check_doc: str = ""
+    #: Cannot be altered dynamically (a broker start-up flag); reported by describe only.
+    read_only: bool = False
 
 
 def _parse_bool(text: str) -> bool:
@@ -244,18 +246,29 @@ def _parse(key: ConfigKey, text: str) -> object:
     return value
 
 
-def validate_topic_configs(overrides: Mapping[str, str]) -> dict[str, str]:
-    """Check every override; returns them normalised. Raises InvalidConfigError."""
+def _validate(
+    table: Mapping[str, ConfigKey], what: str, overrides: Mapping[str, str]
+) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, text in overrides.items():
-        key = TOPIC_KEYS.get(name)
+        key = table.get(name)
         if key is None:
             raise InvalidConfigError(
-                f"unknown topic config {name!r}; known: {', '.join(sorted(TOPIC_KEYS))}"
+                f"unknown {what} config {name!r}; known: {', '.join(sorted(table))}"
+            )
+        if key.read_only:
+            raise InvalidConfigError(
+                f"{what} config {name!r} is read-only: it cannot be altered dynamically "
+                "(it is a start-up flag)"
             )
         value = _parse(key, str(text))
         out[name] = str(value).lower() if isinstance(value, bool) else str(value)
     return out
+
+
+def validate_topic_configs(overrides: Mapping[str, str]) -> dict[str, str]:
+    """Check every override; returns them normalised. Raises InvalidConfigError."""
+    return _validate(TOPIC_KEYS, "topic", overrides)
 
 
 def resolve_topic_config(
@@ -268,3 +281,121 @@ def resolve_topic_config(
         for name, text in validate_topic_configs(merged).items()
     }
     return TopicConfig(**values)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- brokers, quotas
+
+#: Dynamic broker keys other than the topic defaults: the quota sampling window (§4.9).
+QUOTA_WINDOW_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        ConfigKey(
+            "quota.window.num",
+            int,
+            11,
+            "Number of samples kept to measure a client's rate against its quota.",
+            lambda v: 1 <= v <= 1000,
+            "1 .. 1000",
+        ),
+        ConfigKey(
+            "quota.window.size.seconds",
+            int,
+            1,
+            "Length of one quota sample window in seconds.",
+            lambda v: 1 <= v <= 3600,
+            "1 .. 3600",
+        ),
+    ]
+}
+
+#: Broker start-up flags reported by describe (source static) and refused by alter.
+READ_ONLY_BROKER_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        ConfigKey("broker.id", int, None, "This broker's id (--broker-id).", read_only=True),
+        ConfigKey("broker.rack", str, None, "Rack of this broker (--rack).", read_only=True),
+        ConfigKey("log.dirs", str, None, "Log directories (--data-dirs).", read_only=True),
+        ConfigKey(
+            "replica.lag.time.max.ms",
+            int,
+            10_000,
+            "A follower not caught up for this long leaves the ISR (--replica-lag-time-max-ms).",
+            read_only=True,
+        ),
+        ConfigKey(
+            "log.retention.check.interval.ms",
+            int,
+            30_000,
+            "Pause between two retention passes (--log-retention-check-interval-ms).",
+            read_only=True,
+        ),
+        ConfigKey(
+            "log.cleaner.backoff.ms",
+            int,
+            15_000,
+            "Pause between two log-compaction passes (--log-cleaner-backoff-ms).",
+            read_only=True,
+        ),
+    ]
+}
+
+#: Every broker key: topic keys (used as defaults for topics without an override), the quota
+#: window and the read-only start-up flags. Precedence for a topic config on a broker: topic
+#: override > brokers/<id> > brokers/<default> > the broker's static --config > built-in.
+BROKER_KEYS: dict[str, ConfigKey] = {**TOPIC_KEYS, **QUOTA_WINDOW_KEYS, **READ_ONLY_BROKER_KEYS}
+
+#: Quota keys of client, user and (user, client-id) entities (Kafka's names, seed 000 §4.9).
+#: No default: an entity without a value at any level of the precedence chain is unlimited.
+QUOTA_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        ConfigKey(
+            "producer_byte_rate",
+            int,
+            None,
+            "Produce quota: bytes per second per broker.",
+            lambda v: v > 0,
+            "> 0",
+        ),
+        ConfigKey(
+            "consumer_byte_rate",
+            int,
+            None,
+            "Fetch quota: bytes per second per broker.",
+            lambda v: v > 0,
+            "> 0",
+        ),
+        ConfigKey(
+            "request_percentage",
+            float,
+            None,
+            "Request quota: percent of one request-handling thread's time per quota window.",
+            lambda v: 0 < v <= 10_000,
+            "> 0 and <= 10000",
+        ),
+    ]
+}
+
+
+def validate_broker_configs(overrides: Mapping[str, str]) -> dict[str, str]:
+    """Check dynamic broker configs (brokers/<id> or brokers/<default>); returns them
+    normalised. Unknown and read-only keys and bad values raise InvalidConfigError."""
+    return _validate(BROKER_KEYS, "broker", overrides)
+
+
+def validate_quota_configs(overrides: Mapping[str, str]) -> dict[str, str]:
+    """Check quota configs of a client, user or (user, client-id) entity."""
+    return _validate(QUOTA_KEYS, "quota", overrides)
+
+
+def topic_defaults_of(broker_configs: Mapping[str, str]) -> dict[str, str]:
+    """The topic-key subset of broker configs (the defaults a broker applies to topics)."""
+    return {k: v for k, v in broker_configs.items() if k in TOPIC_KEYS}
+
+
+def parse_config_value(name: str, text: str) -> object:
+    """Parse one value of any known key (topic, broker or quota); InvalidConfigError if bad."""
+    key = BROKER_KEYS.get(name) or QUOTA_KEYS.get(name)
+    if key is None:
+        raise InvalidConfigError(f"unknown config {name!r}")
+    return _parse(key, text)

@@ -11,6 +11,11 @@ Two generated sections, each between ``<!-- BEGIN GENERATED: NAME -->`` and
 
 * ``topic-configs``: one row per key of :data:`headwater.config.TOPIC_KEYS` (key, type,
   default, valid values, meaning);
+* ``broker-configs``: the broker keys other than the topic keys
+  (:data:`headwater.config.BROKER_KEYS`: quota window, read-only start-up flags), with
+  whether each is dynamic;
+* ``quota-configs``: the quota keys of client and user entities
+  (:data:`headwater.config.QUOTA_KEYS`);
 * ``service-flags``: the ``--help`` of every service entry point in :data:`SERVICES` that
   exists in this checkout, run with a fixed terminal width so the text is reproducible.
 
@@ -28,7 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from headwater.config import TOPIC_KEYS  # noqa: E402
+from headwater.config import (  # noqa: E402
+    BROKER_KEYS,
+    QUOTA_KEYS,
+    TOPIC_KEYS,
+    ConfigKey,
+)
 
 DOC = ROOT / "docs" / "configuration.md"
 
@@ -56,18 +66,32 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def topic_configs() -> str:
-    rows = [
-        "| key | type | default | valid values | meaning |",
-        "|---|---|---|---|---|",
-    ]
-    for name in sorted(TOPIC_KEYS):
-        key = TOPIC_KEYS[name]
+def _table(keys: dict[str, ConfigKey], *, dynamic_column: bool = False) -> str:
+    head = "| key | type | default | valid values |" + (" dynamic |" if dynamic_column else "")
+    rows = [head + " meaning |", "|---|---|---|---|" + ("---|" if dynamic_column else "") + "---|"]
+    for name in sorted(keys):
+        key = keys[name]
+        default = "none" if key.default is None else f"`{_default(key.default)}`"
+        dyn = (" read-only |" if key.read_only else " yes |") if dynamic_column else ""
         rows.append(
-            f"| `{name}` | {key.kind.__name__} | `{_default(key.default)}` | "
-            f"{_cell(key.check_doc or 'any')} | {_cell(key.doc)} |"
+            f"| `{name}` | {key.kind.__name__} | {default} | "
+            f"{_cell(key.check_doc or 'any')} |{dyn} {_cell(key.doc)} |"
         )
     return "\n".join(rows) + "\n"
+
+
+def topic_configs() -> str:
+    return _table(TOPIC_KEYS)
+
+
+def broker_configs() -> str:
+    return _table(
+        {k: v for k, v in BROKER_KEYS.items() if k not in TOPIC_KEYS}, dynamic_column=True
+    )
+
+
+def quota_configs() -> str:
+    return _table(QUOTA_KEYS)
 
 
 def _has_main(module: str) -> bool:
@@ -96,7 +120,12 @@ def service_flags() -> str:
 
 
 def render() -> dict[str, str]:
-    return {"topic-configs": topic_configs(), "service-flags": service_flags()}
+    return {
+        "topic-configs": topic_configs(),
+        "broker-configs": broker_configs(),
+        "quota-configs": quota_configs(),
+        "service-flags": service_flags(),
+    }
 
 
 def replace_sections(doc: str, sections: dict[str, str]) -> str:
@@ -118,7 +147,7 @@ def extract_sections(doc: str) -> dict[str, str]:
 
 
 def render_names() -> list[str]:
-    return ["topic-configs", "service-flags"]
+    return ["topic-configs", "broker-configs", "quota-configs", "service-flags"]
 
 
 def main() -> None:

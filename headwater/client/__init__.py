@@ -15,6 +15,7 @@ from headwater.client.admin import (
     PartitionDescription,
     TopicDescription,
 )
+from headwater.client.admin_configs import ConfigEntry, ConfigResource
 from headwater.client.admin_groups import GroupDescription, ListedGroup, PartitionLag
 from headwater.client.consumer import AsyncConsumer
 from headwater.client.errors import (
@@ -53,6 +54,8 @@ __all__ = [
     "BrokerDescription",
     "BufferExhaustedError",
     "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResource",
     "Consumer",
     "ConsumerClosedError",
     "ConsumerRecord",

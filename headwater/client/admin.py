@@ -19,6 +19,9 @@ shows progress.
 Consumer groups (issue 4): ``list_groups``, ``describe_groups`` (members, assignments,
 per-partition lag), ``delete_groups``, ``list_consumer_group_offsets``,
 ``alter_consumer_group_offsets`` — see :mod:`headwater.client.admin_groups`.
+
+Dynamic configuration (issue 6): ``describe_configs``, ``alter_configs`` for topics, brokers,
+clients and users — see :mod:`headwater.client.admin_configs`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 import grpc
 
 from headwater import errors
+from headwater.client.admin_configs import ConfigAdminMixin
 from headwater.client.admin_groups import GroupAdminMixin
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import ClusterView, Metadata
@@ -142,7 +146,7 @@ def _raise_result(result: controller_pb2.TopicResult) -> None:
     errors.raise_for_code(result.error_code, result.error_message or result.name)
 
 
-class AsyncAdminClient(GroupAdminMixin):
+class AsyncAdminClient(GroupAdminMixin, ConfigAdminMixin):
     """See the module docstring. Lives on one event loop."""
 
     def __init__(

@@ -25,6 +25,7 @@ from headwater.client.admin import (
     Reassignment,
     TopicDescription,
 )
+from headwater.client.admin_configs import ConfigEntry, ConfigResource
 from headwater.client.admin_groups import GroupDescription, ListedGroup
 from headwater.client.consumer import AsyncConsumer
 from headwater.client.fetched import FetchedBatch
@@ -333,6 +334,25 @@ class AdminClient:
 
     def describe_cluster(self) -> ClusterDescription:
         return self._lt.run(self._a.describe_cluster())
+
+    def describe_configs(
+        self, resources: Iterable[ConfigResource], *, include_defaults: bool = False
+    ) -> dict[ConfigResource, list[ConfigEntry]]:
+        return self._lt.run(
+            self._a.describe_configs(list(resources), include_defaults=include_defaults)
+        )
+
+    def alter_configs(
+        self,
+        resource: ConfigResource,
+        set_configs: Mapping[str, str] | None = None,
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._lt.run(
+            self._a.alter_configs(resource, set_configs, list(delete), validate_only=validate_only)
+        )
 
     def list_topics(self) -> list[str]:
         return self._lt.run(self._a.list_topics())

@@ -3,7 +3,7 @@
     python -m services.broker --broker-id N --host 127.0.0.1 --port P --data-dirs d1[,d2] \
         --etcd HOST:PORT --metrics-port M [--rack R] [--ready-file F] [--log-level INFO] \
         [--peer-override ID=HOST:PORT ...] [--replica-lag-time-max-ms MS] \
-        [--controlled-shutdown-timeout-s S]
+        [--controlled-shutdown-timeout-s S] [--config KEY=VALUE ...]
 
 ``--port 0`` / ``--metrics-port 0`` pick free ports; with ``--ready-file`` the chosen ones are
 written there as JSON ``{"port": P, "metrics_port": M}`` (atomically) once the broker serves
@@ -19,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+from services.broker.dynamic_config import parse_static
 from services.broker.registration import LEASE_TTL_S
 from services.broker.replication.peers import parse_overrides
 from services.broker.server import BrokerSettings, serve
@@ -75,6 +76,22 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         default=0,
         help="throttle of the log cleaner's reads plus writes (0: unlimited)",
     )
+    ap.add_argument(
+        "--log-retention-check-interval-ms",
+        type=int,
+        default=30_000,
+        help="pause between two retention passes (deleting expired segments)",
+    )
+    ap.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="static broker config (repeatable): a topic config used as the default of topics "
+        "without an override (e.g. retention.ms=3600000), or quota.window.num / "
+        "quota.window.size.seconds; dynamic configs in etcd (headwater configs alter "
+        "--entity-type brokers) take precedence",
+    )
     a = ap.parse_args(argv)
     dirs = [Path(d) for d in a.data_dirs.split(",") if d.strip()]
     if not dirs:
@@ -89,8 +106,11 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         ap.error("--log-cleaner-io-max-bytes-per-second must be >= 0")
     if a.replica_lag_time_max_ms <= 0:
         ap.error("--replica-lag-time-max-ms must be positive")
+    if a.log_retention_check_interval_ms <= 0:
+        ap.error("--log-retention-check-interval-ms must be positive")
     try:
         overrides = parse_overrides(a.peer_override)
+        static_configs = parse_static(a.config)
     except ValueError as exc:
         ap.error(str(exc))
     logging.basicConfig(
@@ -114,6 +134,8 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         session_timeout_s=a.session_timeout_s,
         log_cleaner_backoff_ms=a.log_cleaner_backoff_ms,
         log_cleaner_io_max_bytes_per_s=a.log_cleaner_io_max_bytes_per_second or None,
+        retention_check_interval_ms=a.log_retention_check_interval_ms,
+        static_configs=static_configs,
     )
 
 

@@ -1,8 +1,9 @@
 """The broker's registration in etcd: its liveness and its epoch.
 
 Key ``/headwater/brokers/ids/<id>`` holds JSON ``{"broker_id", "host", "port", "rack",
-"metrics_url"}`` attached to a lease of ``LEASE_TTL_S`` seconds that the adapter's keepalive
-task refreshes. The key is created with a create-if-absent transaction; its create revision
+"metrics_url", "static_configs"}`` (static_configs: the start-up configs DescribeConfigs
+reports) attached to a lease of ``LEASE_TTL_S`` seconds that the adapter's keepalive task
+refreshes. The key is created with a create-if-absent transaction; its create revision
 is the **broker epoch** (a new incarnation always gets a larger one). The controller watches
 these keys for liveness and stamps the epoch on its requests to this broker.
 
@@ -55,6 +56,7 @@ class Registration:
         metrics_url: str,
         on_epoch: Callable[[int | None], None],
         ttl: int = LEASE_TTL_S,
+        static_configs: dict[str, str] | None = None,
     ) -> None:
         self._etcd = client
         self.broker_id = broker_id
@@ -66,6 +68,7 @@ class Registration:
                 "port": port,
                 "rack": rack,
                 "metrics_url": metrics_url,
+                "static_configs": static_configs or {},
             }
         )
         self._on_epoch = on_epoch

@@ -34,7 +34,7 @@ import logging
 from typing import Any
 
 from headwater.batch import now_ms
-from headwater.config import resolve_topic_config
+from headwater.config import TopicConfig, resolve_topic_config
 from headwater.errors import (
     BrokerNotAvailableError,
     HeadwaterError,
@@ -91,6 +91,11 @@ class ReplicaManager:
         )
         #: high watermarks read from the checkpoints at start, used when a partition opens.
         self._hw_at_start: dict[Key, int] = {}
+        #: topic-key defaults for topics without an override (static flag < brokers/<default>
+        #: < brokers/<id>), kept current by ``services.broker.dynamic_config``.
+        self.topic_defaults: dict[str, str] = {}
+        #: each hosted topic's overrides as last received from the controller.
+        self._topic_overrides: dict[str, dict[str, str]] = {}
 
     def load_high_watermarks(self) -> None:
         """Read every log directory's HW checkpoint (blocking: call off the loop)."""
@@ -173,7 +178,7 @@ class ReplicaManager:
             if not hosted:
                 continue
             try:
-                config = resolve_topic_config(dict(topic.configs))
+                config = self._resolve(topic.name, topic.configs)
             except HeadwaterError as exc:  # the controller validates; never expected
                 log.error(
                     "topic %s: ignoring invalid configs %s: %s", topic.name, topic.configs, exc
@@ -182,6 +187,24 @@ class ReplicaManager:
             for p in hosted:
                 if config != p.config:
                     log.info("%r: applying changed topic configs", p)
+                    await p.run_exclusive(functools.partial(p.update_config, config))
+
+    def _resolve(self, topic: str, overrides: Any) -> TopicConfig:
+        """The topic's effective config: its ``overrides`` over :attr:`topic_defaults`."""
+        config = resolve_topic_config(dict(overrides), self.topic_defaults)
+        self._topic_overrides[topic] = dict(overrides)
+        return config
+
+    async def set_topic_defaults(self, defaults: dict[str, str]) -> None:
+        """Dynamic broker config changed: re-resolve and apply every hosted partition's
+        config (serialised with the control RPCs; takes effect without restart)."""
+        async with self._control_lock:
+            self.topic_defaults = dict(defaults)
+            for (topic, _), p in list(self.partitions.items()):
+                overrides = self._topic_overrides.get(topic, {})
+                config = resolve_topic_config(overrides, self.topic_defaults)
+                if config != p.config:
+                    log.info("%r: applying changed broker topic defaults", p)
                     await p.run_exclusive(functools.partial(p.update_config, config))
 
     async def leader_and_isr(
@@ -220,7 +243,7 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(
                 f"broker {self.broker_id} is not a replica of {a.topic}-{state.partition}"
             )
-        config = resolve_topic_config(dict(a.configs))
+        config = self._resolve(a.topic, a.configs)
         p = self.partitions.get(key)
         if p is not None and a.topic_id and p.topic_id and a.topic_id != p.topic_id:
             # The topic was deleted and re-created while this broker missed the StopReplica.

@@ -6,7 +6,8 @@ Mutations run as commands on the controller's event loop: topic commands
 (:mod:`services.controller.reassignment`). A standby answers admin mutations with a
 NOT_CONTROLLER status naming the active controller when known; the broker-originated control
 RPCs (AlterPartition, ControlledShutdown) carry NOT_CONTROLLER in-band (``error_code``), like
-every control-RPC rejection. DescribeCluster reads etcd directly, so any controller answers it.
+every control-RPC rejection. DescribeCluster and DescribeConfigs read etcd directly, so any
+controller answers them; AlterConfigs (:mod:`services.controller.configs`) runs on the loop.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from headwater import errors
 from headwater import etcd as hetcd
 from headwater.v1 import controller_pb2, controller_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
-from services.controller import operations, reassignment, topics
+from services.controller import configs, operations, reassignment, topics
 from services.controller import state as st
 from services.controller.election import LeaderInfo
 from services.controller.events import ControllerLoop
@@ -115,6 +116,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return await self._loop.submit(
             lambda loop: reassignment.list_partition_reassignments(loop, request)
         )
+
+    async def DescribeConfigs(
+        self, request: controller_pb2.DescribeConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.DescribeConfigsResponse:
+        return await configs.describe_configs(self._loop.etcd, request)
+
+    async def AlterConfigs(
+        self, request: controller_pb2.AlterConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.AlterConfigsResponse:
+        self._require_active()
+        return await self._loop.submit(lambda loop: configs.alter_configs(loop, request))
 
     async def DescribeCluster(
         self, request: controller_pb2.DescribeClusterRequest, context: grpc.aio.ServicerContext
