@@ -61,6 +61,7 @@ from services.broker.dynamic_config import BrokerConfig
 from services.broker.handlers.init_producer_id import ProducerIds
 from services.broker.metadata_cache import MetadataCache
 from services.broker.quotas import watcher as quota_watcher
+from services.broker.quotas.entities import static_window
 from services.broker.quotas.manager import QuotaManager
 from services.broker.registration import LEASE_TTL_S, Registration
 from services.broker.replica_manager import ReplicaManager
@@ -208,7 +209,7 @@ async def serve(settings: BrokerSettings) -> int:
     )
     await asyncio.to_thread(rm.load_high_watermarks)
     producer_ids = ProducerIds()
-    quotas = QuotaManager(settings.broker_id)
+    quotas = QuotaManager(settings.broker_id, static_window=static_window(settings.static_configs))
 
     running = await start_server(
         host=settings.host,

@@ -1,6 +1,6 @@
 """Quota configuration as stored in etcd, and the §4.9 precedence (pure logic, no I/O).
 
-Keys (values: JSON objects of string -> string, see docs/quotas.md)::
+Keys (``headwater.config_entities``; values: JSON objects of string -> string)::
 
     /headwater/configs/clients/<client-id | <default>>
     /headwater/configs/users/<user | <default>>
@@ -24,25 +24,23 @@ its own quota of that size, never one quota shared by all of them.
 
 from __future__ import annotations
 
-import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from headwater import config_entities as ce
 from services.broker.quotas.rate import WindowConfig
 
 log = logging.getLogger(__name__)
 
-CONFIGS_PREFIX = "/headwater/configs/"
-DEFAULT = "<default>"
+CONFIGS_PREFIX = ce.CONFIGS_PREFIX
+DEFAULT = ce.DEFAULT
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
 WINDOW_NUM = "quota.window.num"
 WINDOW_SIZE_S = "quota.window.size.seconds"
-
-#: (user component, client component) of a quota entity; None: the component is absent.
-Entity = tuple[str | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -54,42 +52,16 @@ class Match:
     client_id: str
 
 
-def entity_of(key: str) -> Entity | None:
-    """The quota entity an etcd key names, or None for keys that are not quota entities."""
-    if not key.startswith(CONFIGS_PREFIX):
-        return None
-    parts = key[len(CONFIGS_PREFIX) :].split("/")
-    if len(parts) == 2 and parts[0] == "clients" and parts[1]:
-        return (None, parts[1])
-    if len(parts) == 2 and parts[0] == "users" and parts[1]:
-        return (parts[1], None)
-    if len(parts) == 4 and parts[0] == "users" and parts[2] == "clients" and parts[1] and parts[3]:
-        return (parts[1], parts[3])
-    return None
-
-
-def broker_of(key: str) -> str | None:
-    """``"<id>"`` or ``"<default>"`` for a ``brokers/`` key, else None."""
-    if not key.startswith(CONFIGS_PREFIX + "brokers/"):
-        return None
-    rest = key[len(CONFIGS_PREFIX + "brokers/") :]
-    return rest if rest and "/" not in rest else None
-
-
 def parse_value(key: str, raw: bytes) -> dict[str, str]:
     """The JSON object of an etcd value; {} (logged) when it is not one."""
     try:
-        obj = json.loads(raw) if raw else {}
-    except ValueError:
-        log.warning("ignoring %s: not JSON", key)
-        return {}
-    if not isinstance(obj, dict):
+        return ce.decode_configs(raw) if raw else {}
+    except ValueError:  # json.JSONDecodeError is a ValueError
         log.warning("ignoring %s: not a JSON object", key)
         return {}
-    return {str(k): str(v) for k, v in obj.items()}
 
 
-def quota_values(key: str, configs: dict[str, str]) -> dict[str, float]:
+def quota_values(key: str, configs: Mapping[str, str]) -> dict[str, float]:
     """The valid quota keys of one entity (positive numbers); others are logged and skipped
     (the controller validates writes; this only guards against hand-written keys)."""
     out: dict[str, float] = {}
@@ -107,38 +79,53 @@ def quota_values(key: str, configs: dict[str, str]) -> dict[str, float]:
     return out
 
 
+def _tags(entity: ce.Entity, user: str, client_id: str) -> tuple[str, str]:
+    """The quota group an entry of the chain stands for (see module docstring)."""
+    if entity.kind == "client":
+        return "", client_id
+    if entity.client_id is None:
+        return user, ""
+    return user, client_id
+
+
 @dataclass
 class QuotaConfigs:
-    """Every quota entity's quota keys, and the window settings; replaced wholesale or changed
-    one entity at a time by the config watcher (one owner: the broker's loop)."""
+    """Every quota entity's quota keys, and the window settings; changed one entity at a time
+    by the config watcher (one owner: the broker's loop)."""
 
-    entities: dict[Entity, dict[str, float]] = field(default_factory=dict)
-    #: brokers/<id> and brokers/<default> window settings, raw strings
+    entities: dict[ce.Entity, dict[str, float]] = field(default_factory=dict)
+    #: brokers/<id> and brokers/<default> configs, raw strings
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def set_entity(self, entity: Entity, values: dict[str, float]) -> None:
+    def apply(self, key: str, value: bytes | None) -> bool:
+        """One etcd key's new value (None: deleted); True when it concerned this cache."""
+        entity = ce.entity_of_key(key)
+        if entity is None:
+            return False
+        configs = {} if value is None else parse_value(key, value)
+        if entity.kind == "broker":
+            if configs:
+                self.broker_configs[entity.name] = configs
+            else:
+                self.broker_configs.pop(entity.name, None)
+            return True
+        values = quota_values(key, configs)
         if values:
             self.entities[entity] = values
         else:
             self.entities.pop(entity, None)
+        return True
+
+    def clear(self) -> None:
+        self.entities.clear()
+        self.broker_configs.clear()
 
     def resolve(self, user: str, client_id: str, name: str) -> Match | None:
         """The quota ``name`` applying to ``(user, client_id)`` (see module docstring)."""
-        d = DEFAULT
-        order: tuple[tuple[Entity, str, str], ...] = (
-            ((user, client_id), user, client_id),
-            ((user, d), user, client_id),
-            ((user, None), user, ""),
-            ((d, client_id), user, client_id),
-            ((d, d), user, client_id),
-            ((d, None), user, ""),
-            ((None, client_id), "", client_id),
-            ((None, d), "", client_id),
-        )
-        for entity, tag_user, tag_client in order:
+        for entity in ce.quota_chain(user, client_id):
             values = self.entities.get(entity)
             if values is not None and name in values:
-                return Match(values[name], tag_user, tag_client)
+                return Match(values[name], *_tags(entity, user, client_id))
         return None
 
     def window(self, broker_id: int, static: WindowConfig) -> WindowConfig:
@@ -159,3 +146,8 @@ class QuotaConfigs:
         except ValueError as exc:
             log.warning("ignoring quota window settings: %s", exc)
             return static
+
+
+def static_window(static_configs: Mapping[str, str]) -> WindowConfig:
+    """The broker's static (``--config``) window settings over the built-in defaults."""
+    return QuotaConfigs(broker_configs={DEFAULT: dict(static_configs)}).window(-1, WindowConfig())

@@ -8,10 +8,14 @@ purged before measuring. The measured rate is ``total / elapsed`` where ``elapse
 the start of the oldest sample to now, but is never shorter than ``num_windows - 1`` whole
 windows — so a new client's first burst is spread over the whole window, as in Kafka.
 
-:func:`throttle_delay_s` is the delay that brings a rate back to its quota over the window:
-``(rate - quota) / quota * elapsed``. After that delay (with nothing recorded meanwhile) the
-measured rate is ``total / (elapsed + delay) == quota``. It is capped at the whole measurement
-span ``num_windows * window_s``.
+:func:`throttle_for` is the delay that brings a group over its quota back to it: with
+``total`` recorded since the oldest sample began ``age`` seconds ago, the delay is
+``total / quota - age``, after which (nothing recorded meanwhile) the measured rate is
+``total / (age + delay) == quota``. Once ``age`` exceeds the minimum span this is Kafka's
+``(rate - quota) / quota * elapsed``; before, Kafka's formula under-holds (the span does not
+grow until the minimum is reached), so the exact form is used. It is capped at the whole
+measurement span ``num_windows * window_s``; a client still over its quota then is delayed
+again on its next request.
 
 Not thread-safe: one owner (the broker's event loop).
 """
@@ -62,12 +66,15 @@ class SampledRate:
         keep = [s for s in self._samples if now - s[0] < span]
         self._samples = keep or [[now, 0.0]]
 
+    def age_s(self, now: float) -> float:
+        """Seconds since the oldest kept sample began."""
+        self._purge(now)
+        return now - self._samples[0][0]
+
     def elapsed_s(self, now: float) -> float:
         """The measurement span: from the oldest sample's start, at least ``num - 1`` windows."""
-        self._purge(now)
-        elapsed = now - self._samples[0][0]
         minimum = (self.config.num_windows - 1) * self.config.window_s
-        return max(elapsed, minimum)
+        return max(self.age_s(now), minimum)
 
     def total(self, now: float) -> float:
         self._purge(now)
@@ -78,15 +85,19 @@ class SampledRate:
         return self.total(now) / self.elapsed_s(now)
 
 
-def throttle_delay_s(rate: float, quota: float, elapsed_s: float, max_s: float) -> float:
-    """Seconds to hold a client measured at ``rate`` so it falls back to ``quota``; 0 when
-    within the quota. ``quota`` must be positive."""
-    if rate <= quota:
+def throttle_delay_s(
+    total: float, quota: float, age_s: float, min_span_s: float, max_s: float
+) -> float:
+    """Seconds to hold a group that recorded ``total`` over the last ``age_s`` seconds so its
+    measured rate (over at least ``min_span_s``) falls back to ``quota``; 0 when within the
+    quota. ``quota`` must be positive."""
+    if total / max(age_s, min_span_s) <= quota:
         return 0.0
-    return min((rate - quota) / quota * elapsed_s, max_s)
+    return min(total / quota - age_s, max_s)
 
 
 def throttle_for(sensor: SampledRate, quota: float, now: float) -> float:
     """:func:`throttle_delay_s` for a sensor's current measurement."""
-    elapsed = sensor.elapsed_s(now)
-    return throttle_delay_s(sensor.total(now) / elapsed, quota, elapsed, sensor.config.span_s)
+    cfg = sensor.config
+    minimum = (cfg.num_windows - 1) * cfg.window_s
+    return throttle_delay_s(sensor.total(now), quota, sensor.age_s(now), minimum, cfg.span_s)

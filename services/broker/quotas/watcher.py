@@ -20,32 +20,11 @@ log = logging.getLogger(__name__)
 RETRY_S = 0.5
 
 
-def apply_event(manager: QuotaManager, key: str, value: bytes | None) -> bool:
-    """Apply one key's new value (None: deleted); True when it concerned quotas."""
-    configs = manager.configs
-    entity = entities.entity_of(key)
-    if entity is not None:
-        values = {}
-        if value is not None:
-            values = entities.quota_values(key, entities.parse_value(key, value))
-        configs.set_entity(entity, values)
-        return True
-    broker = entities.broker_of(key)
-    if broker is not None:
-        if value is None:
-            configs.broker_configs.pop(broker, None)
-        else:
-            configs.broker_configs[broker] = entities.parse_value(key, value)
-        return True
-    return False
-
-
 def load(manager: QuotaManager, snapshot: hetcd.PrefixSnapshot) -> None:
     """Replace the configs with a full snapshot of the prefix."""
-    manager.configs.entities.clear()
-    manager.configs.broker_configs.clear()
+    manager.configs.clear()
     for kv in snapshot.items:
-        apply_event(manager, kv.key, kv.value)
+        manager.configs.apply(kv.key, kv.value)
     manager.configs_changed()
 
 
@@ -61,7 +40,7 @@ async def run(manager: QuotaManager, client: hetcd.Etcd) -> None:
             try:
                 async for ev in watch:
                     value = ev.value if ev.kind == "put" else None
-                    if apply_event(manager, ev.key, value):
+                    if manager.configs.apply(ev.key, value):
                         manager.configs_changed()
             finally:
                 await watch.cancel()
