@@ -16,6 +16,7 @@ from headwater.cli import (
     bench,
     cluster_cmd,
     common,
+    configs_cmd,
     consume,
     groups_cmd,
     metadata_cmd,
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         cluster_cmd,
         partitions_cmd,
         groups_cmd,
+        configs_cmd,
     ):
         module.register(sub)
     sub.add_parser("dev", help="run a local cluster (see `headwater dev --help`)", add_help=False)
