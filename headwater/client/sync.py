@@ -82,6 +82,7 @@ class Producer:
 
     def __init__(self, bootstrap: str | Sequence[str], **config: Any) -> None:
         self._lt = _LoopThread("headwater-producer")
+        self._buffering: set[asyncio.Task[Any]] = set()  # sends not yet buffered (loop-owned)
         try:
             self._p = self._lt.run(self._make(bootstrap, config))
         except BaseException:
@@ -97,12 +98,29 @@ class Producer:
     async def _send(
         self, cf: concurrent.futures.Future[Any], coro: Coroutine[Any, Any, asyncio.Future[Any]]
     ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._buffering.add(task)
         try:
             fut = await coro
         except BaseException as exc:
             cf.set_exception(exc)
             return
+        finally:
+            self._buffering.discard(task)
         fut.add_done_callback(lambda f: _chain(f, cf))
+
+    async def _after_sends(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` once every earlier ``send`` has been buffered. ``send`` does not wait
+        for that (it may wait for metadata on the loop): without this a commit_transaction
+        called right after it could flush and commit before the record joined the
+        transaction (seen: the sync facade's commit returned, the send's future never
+        resolved). Tasks start in submission order (one loop), so every earlier send has
+        registered in ``_buffering`` by the time this runs."""
+        pending = list(self._buffering)
+        if pending:
+            await asyncio.wait(pending)
+        return await coro
 
     def send(
         self,
@@ -148,7 +166,7 @@ class Producer:
         return cf
 
     def flush(self, timeout: float | None = None) -> None:
-        self._lt.run(self._p.flush(timeout))
+        self._lt.run(self._after_sends(self._p.flush(timeout)))
 
     # transactions (see AsyncProducer); each runs on the producer's loop, in call order
 
@@ -167,13 +185,15 @@ class Producer:
         """``group_metadata``: a group id, or the (sync or async) consumer of the group."""
         if isinstance(group_metadata, Consumer):
             group_metadata = group_metadata._c
-        self._lt.run(self._p.send_offsets_to_transaction(dict(offsets), group_metadata))
+        self._lt.run(
+            self._after_sends(self._p.send_offsets_to_transaction(dict(offsets), group_metadata))
+        )
 
     def commit_transaction(self, timeout: float | None = None) -> None:
-        self._lt.run(self._p.commit_transaction(), timeout)
+        self._lt.run(self._after_sends(self._p.commit_transaction()), timeout)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
-        self._lt.run(self._p.abort_transaction(), timeout)
+        self._lt.run(self._after_sends(self._p.abort_transaction()), timeout)
 
     def close(self, timeout: float | None = None) -> None:
         try:
