@@ -174,12 +174,21 @@ def commit_batch(
 def abort_batch(
     opts: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int
 ) -> None:
-    """Driver: abort every transaction of a failed micro-batch (never a decided one)."""
+    """Driver: abort every transaction of a failed micro-batch — never a decided one. Spark
+    also calls abort when commit() raised, possibly after the decision was written: the
+    decision topic is checked first, and a decided micro-batch is left for the restart."""
+    assert opts.txn_prefix is not None
     msgs = [m for m in messages if isinstance(m, TxnMessage) and m.batch_id == batch_id]
     if any(m.replayed for m in msgs):
         log.warning("micro-batch %d was decided before a restart: not aborting it", batch_id)
         return
     handles = [m.handle for m in msgs if m.handle is not None]
+    if not handles:
+        return
+    decided = decisions.latest_decision(opts.bootstrap, opts.commit_topic, opts.txn_prefix)
+    if decided is not None and decided.batch == batch_id:
+        log.warning("micro-batch %d is decided: not aborting it (a restart commits it)", batch_id)
+        return
     for exc in _end_all(opts, handles, False):
         log.warning("abort of micro-batch %d: %s (the next run fences it)", batch_id, exc)
 

@@ -54,6 +54,15 @@ def _values(bootstrap: str, topic: str, partitions: int, isolation: str) -> list
         consumer.close()
 
 
+def _ends(bootstrap: str, topic: str, isolation: str) -> dict[TopicPartition, int]:
+    tps = [TopicPartition(topic, p) for p in range(2)]
+    consumer = Consumer(bootstrap, isolation_level=isolation)
+    try:
+        return consumer.end_offsets(tps)
+    finally:
+        consumer.close()
+
+
 def _batch(values: list[bytes]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"value": pa.array(values, pa.binary())})
 
@@ -112,6 +121,24 @@ def test_decided_batch_is_replayed_not_rewritten(txn_cluster: LocalCluster) -> N
     assert decisions.latest_decision(bootstrap, opts.commit_topic, "direct") == (
         decisions.Decision(1, (retry.handle,))
     )
+
+    # Spark calls abort when commit raised, maybe after deciding: a decided batch stays
+    late = write_transactional(opts, pending, 2, 1, iter([_batch([b"b2"])]))
+    assert late.handle is not None
+    decisions.write_decision(
+        bootstrap, opts.commit_topic, "direct", decisions.Decision(2, (late.handle,))
+    )
+    abort_batch(opts, [late], 2)
+    commit_batch(opts, [late], 2)
+    got = _values(bootstrap, "eo-direct", 2, "read_committed")
+    assert sorted(got) == sorted([*want, b"b1", b"b2"])
+    # an undecided batch is aborted
+    failed = write_transactional(opts, pending, 3, 1, iter([_batch([b"b3"])]))
+    abort_batch(opts, [failed], 3)
+    assert sorted(_values(bootstrap, "eo-direct", 2, "read_committed")) == sorted(got)
+    assert _ends(bootstrap, "eo-direct", "read_committed") == _ends(
+        bootstrap, "eo-direct", "read_uncommitted"
+    ), "no transaction may stay open (the last stable offset reaches the high watermark)"
 
 
 def _commits(checkpoint: Path) -> int:
