@@ -23,8 +23,10 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+from headwater.batch import encode_batch
 from headwater.client import (
     AsyncAdminClient,
     AsyncConsumer,
@@ -33,6 +35,9 @@ from headwater.client import (
     RecordMetadata,
     TopicPartition,
 )
+from headwater.errors import OutOfOrderSequenceNumberError
+from headwater.v1 import broker_pb2, broker_pb2_grpc
+from headwater.v1.errors_pb2 import ErrorCode
 from tests.fault.harness.cluster import FaultCluster
 from tests.fault.harness.proxy import LinkProxy, ProxyHub
 from tests.helpers.wait import async_wait_for, wait_for
@@ -263,3 +268,66 @@ def test_no_duplicates_and_send_order_kept_under_link_faults_and_leader_kill(
         duplicates_answered(proc.metrics_port) for proc in fcluster.brokers.values() if proc.alive()
     )
     assert dup_answers > 0, "no retry hit a batch that had landed: the faults proved nothing"
+
+
+def test_a_sequence_gap_is_fatal_for_the_producer_not_silently_reset(
+    fcluster: FaultCluster,
+) -> None:
+    """Another writer takes sequences 1..3 of the producer's id (as lost records would leave a
+    gap the other way round): the producer's next batch (sequence 1) no longer follows the
+    partition's last sequence, its predecessor was acknowledged, so the send fails with
+    OutOfOrderSequenceNumberError, and so does every later send — nothing is reset."""
+    topic = "idem-gap"
+
+    async def run() -> None:
+        async with AsyncAdminClient(fcluster.bootstrap) as admin:
+            await admin.create_topics([NewTopic(topic, 1, 3, {"min.insync.replicas": "2"})])
+        async with AsyncProducer(fcluster.bootstrap, acks="all", linger_ms=0) as p:
+            first = await (await p.send(topic, b"first", partition=0))
+            seq = p._seq
+            assert seq is not None and seq.has_pid
+            stolen = encode_batch(
+                [b"x", b"y", b"z"],
+                producer_id=seq.producer_id,
+                producer_epoch=seq.epoch,
+                base_sequence=1,
+            )
+            md = await admin_free_produce(fcluster.bootstrap, topic, stolen)
+            assert md == ErrorCode.NONE
+            with pytest.raises(OutOfOrderSequenceNumberError):
+                await (await p.send(topic, b"second", partition=0))
+            with pytest.raises(OutOfOrderSequenceNumberError):
+                await (await p.send(topic, b"third", partition=0))
+        where = await _read_values(fcluster.bootstrap, topic)
+        assert where == [b"first", b"x", b"y", b"z"], "a send after the gap was appended"
+        assert first.offset == 0
+
+    asyncio.run(run())
+
+
+async def admin_free_produce(bootstrap: str, topic: str, batch: bytes) -> int:
+    """One raw Produce of ``batch`` to partition 0 of ``topic`` at its leader."""
+    async with AsyncAdminClient(bootstrap) as admin:
+        (desc,) = await admin.describe_topics([topic])
+        leader = desc.partitions[0].leader
+        (broker,) = [b for b in (await admin.describe_cluster()).brokers if b.broker_id == leader]
+    async with grpc.aio.insecure_channel(f"{broker.host}:{broker.port}") as ch:
+        resp = await broker_pb2_grpc.BrokerStub(ch).Produce(
+            broker_pb2.ProduceRequest(
+                acks=broker_pb2.ACKS_ALL,
+                timeout_ms=10_000,
+                partitions=[broker_pb2.PartitionRecords(topic=topic, partition=0, records=batch)],
+            )
+        )
+    return int(resp.partitions[0].error_code)
+
+
+async def _read_values(bootstrap: str, topic: str) -> list[bytes | None]:
+    tp = TopicPartition(topic, 0)
+    async with AsyncConsumer(bootstrap, auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        end = (await c.end_offsets([tp]))[tp]
+        got: list[bytes | None] = []
+        while await c.position(tp) < end:
+            got += [r.value for r in await c.poll(timeout_ms=300)]
+        return got
