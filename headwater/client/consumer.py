@@ -20,6 +20,8 @@ starting at the position, and appends each response's raw batches to the partiti
 buffer is bounded: when it holds ``max_buffer_bytes`` the task stops reading the stream and
 gRPC flow control holds the broker back. The task restarts the stream after retriable errors
 (metadata refresh, new leader) and applies ``auto_offset_reset`` on OFFSET_OUT_OF_RANGE.
+A response's ``throttle_time_ms`` (quota, docs/quotas.md) pauses reading the stream for that
+long; the broker holds the stream's next response as well.
 Non-retriable errors are raised by the next ``poll``. Decoding (CRC check, decompression)
 happens in ``poll`` on whole batches.
 
@@ -490,6 +492,8 @@ class AsyncConsumer:
                             await st.space.wait()
                     elif resp.next_offset > offset:
                         offset = resp.next_offset
+                    if resp.throttle_time_ms > 0:  # quota: read no further until it passes
+                        await asyncio.sleep(resp.throttle_time_ms / 1000)
             except grpc.RpcError as exc:
                 err = errors.from_rpc_error(exc)
             finally:

@@ -60,9 +60,12 @@ def test_user_quota_is_shared_by_the_users_clients() -> None:
     assert m.record(FETCH, "ANONYMOUS", "a", 900.0) == 0.0
     clock.now += 5.0
     delay = m.record(FETCH, "ANONYMOUS", "b", 600.0)  # shared sensor: 1500 B / 10 s
-    assert delay == pytest.approx(1500.0 / 100.0 - 5.0)
+    # 1500 B over 10 s until the first sample (t=0) leaves the 11 s window: held until then
+    assert delay == pytest.approx(11.0 - 5.0)
     assert m.hold_remaining((FETCH,), "ANONYMOUS", "b") > 0
-    assert m.hold_remaining((FETCH,), "ANONYMOUS", "a") == 0.0  # a is held at its next record
+    # a is not admitted either while the shared group is over its quota
+    assert m.hold_remaining((FETCH,), "ANONYMOUS", "a") == pytest.approx(delay)
+    assert m.hold_remaining((PRODUCE,), "ANONYMOUS", "a") == 0.0
     assert m.rate(FETCH, "ANONYMOUS", "") == pytest.approx(150.0)
 
 
@@ -74,8 +77,9 @@ def test_request_percentage() -> None:
     assert m.record_request_time("ANONYMOUS", "c", 1.0) == 0.0
     clock.now += 4.0
     delay = m.record_request_time("ANONYMOUS", "c", 0.5)  # 150 percent-seconds: 15 percent
-    assert delay == pytest.approx(150.0 / 10.0 - 4.0)
-    assert m.hold_remaining((REQUEST,), "ANONYMOUS", "c") == pytest.approx(11.0)
+    # 15 percent until the first sample leaves the 11 s window at t=11
+    assert delay == pytest.approx(11.0 - 4.0)
+    assert m.hold_remaining((REQUEST,), "ANONYMOUS", "c") == pytest.approx(7.0)
 
 
 def test_changed_quota_applies_to_the_next_record() -> None:

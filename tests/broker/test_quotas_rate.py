@@ -58,8 +58,26 @@ def test_first_burst_delay_is_exact_not_kafkas_under_hold() -> None:
     s2 = SampledRate(W, now=0.0)
     s2.record(2100.0, 1.0)
     delay2 = throttle_for(s2, 200.0, 1.0)
-    assert delay2 == pytest.approx(2100.0 / 200.0 - 1.0)
-    assert s2.rate(1.0 + delay2) == pytest.approx(200.0)
+    # now: 2100 B over the 10 s minimum: 210 B/s. The empty sample begun at 0 leaves the
+    # window at 11, the 2100 B then count over 10 s again until 11.5: held until then
+    assert delay2 == pytest.approx(10.5)
+    for t in (1.0 + delay2, 12.0, 12.5):
+        assert s2.rate(t) <= 200.0 + 1e-9
+
+
+def test_delay_covers_a_light_sample_leaving_the_window() -> None:
+    cfg = WindowConfig(num_windows=5, window_s=1.0)  # minimum span 4 s, span 5 s
+    s = SampledRate(cfg, now=0.0)
+    s.record(100.0, 0.0)  # light sample at 0
+    s.record(3900.0, 1.0)  # heavy sample at 1: 4000 B over 4 s: exactly the quota of 1000
+    assert s.rate(1.0) == pytest.approx(1000.0)
+    assert throttle_for(s, 1000.0, 1.0) == 0.0  # 3900 / 1000 <= 4 s: never over later
+    s.record(200.0, 1.5)  # 4200 B over 4 s now; when the light sample leaves at t=5 the
+    # heavy one alone (4100 B, begun at 1) is measured over 4 s: 1025/s, within from t=5.1
+    delay = throttle_for(s, 1000.0, 1.5)
+    assert delay == pytest.approx(5.1 - 1.5)
+    for t in (1.5 + delay, 5.5, 6.0):
+        assert s.rate(t) <= 1000.0 + 1e-9
 
 
 def test_no_delay_within_quota_and_delay_is_capped() -> None:

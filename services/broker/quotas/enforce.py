@@ -5,9 +5,10 @@ Per request of ``(user, client_id)`` (``headwater.rpc.principal``):
 1. wait until the client's holds of the request's types have passed (a throttled client's
    next request is held here even when the client ignores throttle time);
 2. run the handler, timing its run on the loop (:class:`Timed`, the request quota);
-3. record its bytes (produce: the request's record bytes; fetch: each response's record
-   bytes) and its time; the larger delay goes back as ``throttle_time_ms`` where the
-   response has that field, and holds the client's next requests.
+3. record its bytes (produce: the request's record bytes, as it is admitted; fetch: each
+   response's record bytes, once read) and its time; the larger delay goes back as
+   ``throttle_time_ms`` where the response has that field, and holds the client's next
+   requests.
 
 Fetch is a server stream: each response is recorded and sent with its delay; the *next*
 response of the stream (and any other Fetch of the client on this broker) waits until the
@@ -42,23 +43,25 @@ async def unary(
     coro: Coroutine[Any, Any, T],
     *,
     kind: str | None = None,
-    size: Callable[[T], int] | None = None,
+    size: int = 0,
 ) -> tuple[T, float]:
     """Steps 1-3 for one unary request; returns the response and the throttle delay (s).
 
-    ``kind`` (PRODUCE or FETCH) with ``size`` also records a byte-rate quota; the request
-    quota is always recorded."""
+    ``kind`` (PRODUCE) records ``size`` bytes against its byte-rate quota *as the request is
+    admitted*: nothing awaits between the hold check and the record, so concurrent requests
+    of one client (a producer's in-flight requests) see each other's bytes and a new hold at
+    once — the analogue of Kafka reading one request of a connection at a time. The request
+    quota is always recorded, after the handler ran."""
     kinds = (REQUEST,) if kind is None else (kind, REQUEST)
     try:
         await quotas.wait(kinds, *who)
     except BaseException:
         coro.close()
         raise
+    delay = 0.0 if kind is None else quotas.record(kind, *who, size)
     timed = Timed(coro)
     response = await timed
-    delay = quotas.record_request_time(*who, timed.seconds)
-    if kind is not None and size is not None:
-        delay = max(delay, quotas.record(kind, *who, size(response)))
+    delay = max(delay, quotas.record_request_time(*who, timed.seconds))
     return response, delay
 
 
@@ -70,7 +73,7 @@ async def produce(
 ) -> T:
     """A produce request: ``record_bytes`` against ``producer_byte_rate``; the response's
     ``throttle_time_ms`` is set."""
-    response, delay = await unary(quotas, who, coro, kind=PRODUCE, size=lambda _r: record_bytes)
+    response, delay = await unary(quotas, who, coro, kind=PRODUCE, size=record_bytes)
     response.throttle_time_ms = to_ms(delay)  # type: ignore[attr-defined]
     return response
 

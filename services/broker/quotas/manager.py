@@ -15,7 +15,9 @@ never throttled. After recording, a group over its quota gets the delay of
 :func:`services.broker.quotas.rate.throttle_for`; the manager returns it (the response's
 ``throttle_time_ms``) and *holds* the request's own ``(user, client_id)`` for that type:
 :meth:`QuotaManager.wait` blocks its next requests on this broker until the delay has passed,
-so a client that ignores throttle time is held to the quota all the same.
+so a client that ignores throttle time is held to the quota all the same. A request is also
+not admitted while its group is over the quota (other clients of a shared quota pushed it
+there), so a shared quota overshoots by at most about one request.
 
 Ownership: one instance per broker, used only on the broker's event loop. Changing the
 window settings restarts every measurement.
@@ -108,22 +110,31 @@ class QuotaManager:
     # ---------------------------------------------------------------- holding
 
     def hold_remaining(self, kinds: Iterable[str], user: str, client_id: str) -> float:
-        """Seconds until every hold of ``kinds`` on ``(user, client_id)`` has passed."""
+        """Seconds until a request of ``(user, client_id)`` of ``kinds`` may be admitted: the
+        client's own holds, and the delay of any of its quota groups that is over its quota
+        right now (another client of a shared quota pushed it over: this one waits too,
+        without adding to it)."""
         now = self.clock()
         remaining = 0.0
         for kind in kinds:
             until = self._holds.get((kind, user, client_id))
-            if until is None:
+            if until is not None:
+                if until <= now:
+                    del self._holds[(kind, user, client_id)]
+                else:
+                    remaining = max(remaining, until - now)
+            match = self.configs.resolve(user, client_id, CONFIG_KEY[kind])
+            if match is None:
                 continue
-            if until <= now:
-                del self._holds[(kind, user, client_id)]
-            else:
-                remaining = max(remaining, until - now)
+            entry = self._sensors.get((kind, match.user, match.client_id))
+            if entry is not None:
+                remaining = max(remaining, throttle_for(entry[0], match.bound, now))
         return remaining
 
     async def wait(self, kinds: Iterable[str], user: str, client_id: str) -> None:
-        """Return once ``(user, client_id)`` is held for none of ``kinds`` (a hold may be
-        extended while waiting; the wait follows it)."""
+        """Return once a request of ``(user, client_id)`` of ``kinds`` may be admitted (see
+        :meth:`hold_remaining`; holds may be extended while waiting, the wait follows). The
+        caller records right after, with no await in between."""
         kinds = tuple(kinds)
         while (remaining := self.hold_remaining(kinds, user, client_id)) > 0:
             await asyncio.sleep(remaining)

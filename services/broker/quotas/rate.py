@@ -8,14 +8,17 @@ purged before measuring. The measured rate is ``total / elapsed`` where ``elapse
 the start of the oldest sample to now, but is never shorter than ``num_windows - 1`` whole
 windows — so a new client's first burst is spread over the whole window, as in Kafka.
 
-:func:`throttle_for` is the delay that brings a group over its quota back to it: with
-``total`` recorded since the oldest sample began ``age`` seconds ago, the delay is
-``total / quota - age``, after which (nothing recorded meanwhile) the measured rate is
-``total / (age + delay) == quota``. Once ``age`` exceeds the minimum span this is Kafka's
-``(rate - quota) / quota * elapsed``; before, Kafka's formula under-holds (the span does not
-grow until the minimum is reached), so the exact form is used. It is capped at the whole
-measurement span ``num_windows * window_s``; a client still over its quota then is delayed
-again on its next request.
+:func:`throttle_for` is the delay that brings a group over its quota back under it *and keeps
+it there*: with nothing recorded meanwhile, the measured rate stays <= quota from the end of
+the delay on. For the current measurement (``total`` recorded since the oldest sample began
+``age`` seconds ago) that is ``total / quota - age``, Kafka's ``(rate - quota) / quota *
+elapsed`` once ``age`` exceeds the minimum span (before, Kafka's form under-holds: the span
+does not grow until the minimum is reached). But samples leave the window whole: when a light
+old sample is dropped while heavier ones remain, the rate over the shorter span jumps (after a
+burst or a quota change, by up to 1 / (num - 1)). So the delay is taken over every future
+measurement: for each suffix of samples, the time from which it is within the quota, if that
+falls while it is the measured set. The delay is capped at the whole span
+``num_windows * window_s``; a client still over its quota then is delayed again.
 
 Not thread-safe: one owner (the broker's event loop).
 """
@@ -76,6 +79,11 @@ class SampledRate:
         minimum = (self.config.num_windows - 1) * self.config.window_s
         return max(self.age_s(now), minimum)
 
+    def samples(self, now: float) -> list[tuple[float, float]]:
+        """``(start, total)`` of each kept sample, oldest first."""
+        self._purge(now)
+        return [(start, total) for start, total in self._samples]
+
     def total(self, now: float) -> float:
         self._purge(now)
         return sum(s[1] for s in self._samples)
@@ -89,15 +97,31 @@ def throttle_delay_s(
     total: float, quota: float, age_s: float, min_span_s: float, max_s: float
 ) -> float:
     """Seconds to hold a group that recorded ``total`` over the last ``age_s`` seconds so its
-    measured rate (over at least ``min_span_s``) falls back to ``quota``; 0 when within the
-    quota. ``quota`` must be positive."""
+    current measured rate (over at least ``min_span_s``) falls back to ``quota``; 0 when
+    within the quota. ``quota`` must be positive."""
     if total / max(age_s, min_span_s) <= quota:
         return 0.0
     return min(total / quota - age_s, max_s)
 
 
 def throttle_for(sensor: SampledRate, quota: float, now: float) -> float:
-    """:func:`throttle_delay_s` for a sensor's current measurement."""
+    """The delay after which ``sensor`` measures at most ``quota`` now and at every later
+    time, as long as nothing more is recorded (see module docstring)."""
     cfg = sensor.config
     minimum = (cfg.num_windows - 1) * cfg.window_s
-    return throttle_delay_s(sensor.total(now), quota, sensor.age_s(now), minimum, cfg.span_s)
+    span = cfg.span_s
+    samples = sensor.samples(now)
+    delay = 0.0
+    suffix = 0.0
+    for i in range(len(samples) - 1, -1, -1):
+        start, value = samples[i]
+        suffix += value
+        if suffix / quota <= minimum:
+            continue  # within the quota whenever these samples are the measured set
+        measured_from = now if i == 0 else max(now, samples[i - 1][0] + span)
+        measured_until = start + span
+        within_from = start + suffix / quota
+        violated_until = min(within_from, measured_until)
+        if violated_until > measured_from:
+            delay = max(delay, violated_until - now)
+    return min(delay, span)
