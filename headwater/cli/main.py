@@ -23,6 +23,7 @@ from headwater.cli import (
     partitions_cmd,
     produce,
     topics,
+    transactions_cmd,
 )
 from headwater.errors import HeadwaterError
 
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         partitions_cmd,
         groups_cmd,
         configs_cmd,
+        transactions_cmd,
     ):
         module.register(sub)
     sub.add_parser("dev", help="run a local cluster (see `headwater dev --help`)", add_help=False)

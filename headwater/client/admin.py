@@ -36,6 +36,7 @@ import grpc
 from headwater import errors
 from headwater.client.admin_configs import ConfigAdminMixin
 from headwater.client.admin_groups import GroupAdminMixin
+from headwater.client.admin_txns import TransactionAdminMixin
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import ClusterView, Metadata
 from headwater.client.offsets import EARLIEST, LATEST, list_offsets
@@ -146,7 +147,7 @@ def _raise_result(result: controller_pb2.TopicResult) -> None:
     errors.raise_for_code(result.error_code, result.error_message or result.name)
 
 
-class AsyncAdminClient(GroupAdminMixin, ConfigAdminMixin):
+class AsyncAdminClient(GroupAdminMixin, ConfigAdminMixin, TransactionAdminMixin):
     """See the module docstring. Lives on one event loop."""
 
     def __init__(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -211,3 +212,43 @@ def test_sync_producer_facade_transactions(tcluster: LocalCluster) -> None:
         assert [r.value for r in rc] == [b"one"]
 
     run(check)
+
+
+def test_admin_and_cli_list_and_describe_transactions(tcluster: LocalCluster) -> None:
+    """An open transaction is listed as Ongoing with its partition; after commit the id is
+    CompleteCommit with no open partition; an unknown id is a typed error."""
+    topic = "txn-admin"
+
+    async def body() -> None:
+        async with AsyncAdminClient(tcluster.bootstrap) as admin:
+            await admin.create_topic(topic, 2, 1, {})
+            async with AsyncProducer(tcluster.bootstrap, transactional_id="admin-tx") as p:
+                await p.init_transactions()
+                p.begin_transaction()
+                await (await p.send(topic, b"v", partition=1))
+                (d,) = await admin.describe_transactions(["admin-tx"])
+                assert (d.state, d.partitions) == ("Ongoing", (TopicPartition(topic, 1),))
+                listed = {t.transactional_id: t.state for t in await admin.list_transactions()}
+                assert listed["admin-tx"] == "Ongoing"
+                assert [t.transactional_id for t in await admin.list_transactions(["Ongoing"])] == [
+                    "admin-tx"
+                ]
+                await p.commit_transaction()
+            (d,) = await admin.describe_transactions(["admin-tx"])
+            assert (d.state, d.partitions) == ("CompleteCommit", ())
+            with pytest.raises(errors.HeadwaterError):
+                await admin.describe_transactions(["no-such-id"])
+
+    run(body)
+    env = {**os.environ, "HEADWATER_BOOTSTRAP": tcluster.bootstrap}
+    cmd = [sys.executable, "-m", "headwater.cli.main", "--output", "json", "transactions"]
+    out = subprocess.run(
+        [*cmd, "describe", "admin-tx"], capture_output=True, env=env, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    assert json.loads(out.stdout)["state"] == "CompleteCommit"
+    out = subprocess.run([*cmd, "list"], capture_output=True, env=env, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr.decode()
+    assert {"transactional_id": "admin-tx"}.items() <= next(
+        t for t in json.loads(out.stdout) if t["transactional_id"] == "admin-tx"
+    ).items()
