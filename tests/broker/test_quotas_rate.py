@@ -88,7 +88,8 @@ def test_no_delay_within_quota_and_delay_is_capped() -> None:
 
 def test_window_config_rejects_nonsense() -> None:
     with pytest.raises(ValueError):
-        WindowConfig(num_windows=1)
+        WindowConfig(num_windows=0)
+    assert WindowConfig(num_windows=1, window_s=2.0).min_span_s == 2.0
     with pytest.raises(ValueError):
         WindowConfig(window_s=0)
 
@@ -157,7 +158,7 @@ def test_window_settings_precedence() -> None:
     _put(c, "brokers/1", **{"quota.window.num": "3", "quota.window.size.seconds": "0.5"})
     assert c.window(1, static) == WindowConfig(3, 0.5)
     assert c.window(2, static) == WindowConfig(5, 2.0)
-    _put(c, "brokers/1", **{"quota.window.num": "1"})  # invalid: falls back
+    _put(c, "brokers/1", **{"quota.window.num": "0"})  # invalid: falls back
     assert c.window(1, static) == static
 
 

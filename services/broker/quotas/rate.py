@@ -36,14 +36,19 @@ class WindowConfig:
     window_s: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.num_windows < 2:
-            raise ValueError(f"quota.window.num must be >= 2, got {self.num_windows}")
+        if self.num_windows < 1:
+            raise ValueError(f"quota.window.num must be >= 1, got {self.num_windows}")
         if self.window_s <= 0:
             raise ValueError(f"quota.window.size.seconds must be > 0, got {self.window_s}")
 
     @property
     def span_s(self) -> float:
         return self.num_windows * self.window_s
+
+    @property
+    def min_span_s(self) -> float:
+        """Shortest measurement span: ``num - 1`` windows (one window when ``num`` is 1)."""
+        return max(self.num_windows - 1, 1) * self.window_s
 
 
 class SampledRate:
@@ -76,8 +81,7 @@ class SampledRate:
 
     def elapsed_s(self, now: float) -> float:
         """The measurement span: from the oldest sample's start, at least ``num - 1`` windows."""
-        minimum = (self.config.num_windows - 1) * self.config.window_s
-        return max(self.age_s(now), minimum)
+        return max(self.age_s(now), self.config.min_span_s)
 
     def samples(self, now: float) -> list[tuple[float, float]]:
         """``(start, total)`` of each kept sample, oldest first."""
@@ -108,7 +112,7 @@ def throttle_for(sensor: SampledRate, quota: float, now: float) -> float:
     """The delay after which ``sensor`` measures at most ``quota`` now and at every later
     time, as long as nothing more is recorded (see module docstring)."""
     cfg = sensor.config
-    minimum = (cfg.num_windows - 1) * cfg.window_s
+    minimum = cfg.min_span_s
     span = cfg.span_s
     samples = sensor.samples(now)
     delay = 0.0
