@@ -430,6 +430,53 @@ class UnstableOffsetCommitError(HeadwaterError):
     grpc_status = grpc.StatusCode.UNAVAILABLE
 
 
+# --------------------------------------------------------------- security
+
+
+class TopicAuthorizationFailedError(HeadwaterError):
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    grpc_status = grpc.StatusCode.PERMISSION_DENIED
+
+
+class GroupAuthorizationFailedError(HeadwaterError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    grpc_status = grpc.StatusCode.PERMISSION_DENIED
+
+
+class ClusterAuthorizationFailedError(HeadwaterError):
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    grpc_status = grpc.StatusCode.PERMISSION_DENIED
+
+
+class TransactionalIdAuthorizationFailedError(HeadwaterError):
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    grpc_status = grpc.StatusCode.PERMISSION_DENIED
+
+
+class SaslAuthenticationFailedError(HeadwaterError):
+    """Wrong user or password, or an invalid / expired token (one answer for all)."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+    grpc_status = grpc.StatusCode.UNAUTHENTICATED
+
+
+class UnsupportedSaslMechanismError(HeadwaterError):
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class IllegalSaslStateError(HeadwaterError):
+    code = ErrorCode.ILLEGAL_SASL_STATE
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class SecurityDisabledError(HeadwaterError):
+    """A security operation on a cluster where that mechanism is not enabled."""
+
+    code = ErrorCode.SECURITY_DISABLED
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
 _BY_CODE: dict[int, type[HeadwaterError]] = {
     cls.code: cls
     for cls in list(globals().values())

@@ -1,5 +1,6 @@
 from headwater.v1 import errors_pb2 as _errors_pb2
 from headwater.v1 import metadata_pb2 as _metadata_pb2
+from headwater.v1 import security_pb2 as _security_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from headwater.v1 import controller_pb2 as headwater_dot_v1_dot_controller__pb2
+from headwater.v1 import security_pb2 as headwater_dot_v1_dot_security__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -94,6 +95,31 @@ class ControllerStub:
                 request_serializer=headwater_dot_v1_dot_controller__pb2.AlterConfigsRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_controller__pb2.AlterConfigsResponse.FromString,
                 _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/headwater.v1.Controller/AlterUserScramCredentials',
+                request_serializer=headwater_dot_v1_dot_security__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_security__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/headwater.v1.Controller/DescribeUserScramCredentials',
+                request_serializer=headwater_dot_v1_dot_security__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_security__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/headwater.v1.Controller/CreateAcls',
+                request_serializer=headwater_dot_v1_dot_security__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_security__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/headwater.v1.Controller/DeleteAcls',
+                request_serializer=headwater_dot_v1_dot_security__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_security__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/headwater.v1.Controller/DescribeAcls',
+                request_serializer=headwater_dot_v1_dot_security__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_security__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -183,6 +209,39 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterUserScramCredentials(self, request, context):
+        """--- security (security.proto, docs/security.md) ---
+        SCRAM credentials, stored in etcd as salt, iterations, StoredKey and ServerKey only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcls(self, request, context):
+        """ACLs, stored in etcd; every service watches them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -245,6 +304,31 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.AlterConfigs,
                     request_deserializer=headwater_dot_v1_dot_controller__pb2.AlterConfigsRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_controller__pb2.AlterConfigsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=headwater_dot_v1_dot_security__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_security__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=headwater_dot_v1_dot_security__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_security__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=headwater_dot_v1_dot_security__pb2.CreateAclsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_security__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=headwater_dot_v1_dot_security__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_security__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=headwater_dot_v1_dot_security__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_security__pb2.DescribeAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -571,6 +655,141 @@ class Controller:
             '/headwater.v1.Controller/AlterConfigs',
             headwater_dot_v1_dot_controller__pb2.AlterConfigsRequest.SerializeToString,
             headwater_dot_v1_dot_controller__pb2.AlterConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/AlterUserScramCredentials',
+            headwater_dot_v1_dot_security__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            headwater_dot_v1_dot_security__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/DescribeUserScramCredentials',
+            headwater_dot_v1_dot_security__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            headwater_dot_v1_dot_security__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/CreateAcls',
+            headwater_dot_v1_dot_security__pb2.CreateAclsRequest.SerializeToString,
+            headwater_dot_v1_dot_security__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/DeleteAcls',
+            headwater_dot_v1_dot_security__pb2.DeleteAclsRequest.SerializeToString,
+            headwater_dot_v1_dot_security__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/DescribeAcls',
+            headwater_dot_v1_dot_security__pb2.DescribeAclsRequest.SerializeToString,
+            headwater_dot_v1_dot_security__pb2.DescribeAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,
