@@ -25,8 +25,10 @@ import pytest
 from headwater.client import ConfigResource
 from headwater.dev.cluster import LocalCluster
 from headwater.rpc.principal import ANONYMOUS
-from headwater.v1 import broker_pb2_grpc
+from headwater.v1 import broker_pb2_grpc, metadata_pb2
+from tests.helpers.wait import wait_for
 from tests.quotas.quota_helpers import (
+    LIMIT,
     PROBE_TOPIC,
     THROTTLE,
     TOLERANCE,
@@ -215,3 +217,40 @@ def test_default_entities_apply(
         assert throttled > 0
     finally:
         delete_quota(qcluster, resource, "producer_byte_rate")
+
+
+def test_request_percentage_quota_by_metadata_client_id(qcluster: LocalCluster) -> None:
+    """Request quota on handling time; the client id comes from the x-client-id metadata."""
+    res = ConfigResource("client", "rq")
+    quota = 1.0  # percent of one thread: 10 ms of handling per second
+    set_quota(qcluster, res, request_percentage=quota)
+    try:
+        labels = {"type": "request", "user": "", "client_id": "rq"}
+        wait_for(
+            lambda: _metadata_calls(qcluster, "rq", 0.05) > 0
+            and metric(_url(qcluster), LIMIT, **labels) == quota,
+            timeout=30,
+            what="request quota applied",
+        )
+        with RateSampler(_url(qcluster), "request", "", "rq") as rate:
+            calls = _metadata_calls(qcluster, "rq", RUN_S)
+        assert rate.max <= TOLERANCE * quota, rate.max
+        assert rate.max >= 0.8 * quota, rate.max
+        assert _throttled(qcluster, "request", ("", "rq")) > 0
+        assert calls > 0
+    finally:
+        delete_quota(qcluster, res, "request_percentage")
+
+
+def _metadata_calls(c: LocalCluster, client_id: str, seconds: float) -> int:
+    """Metadata requests back to back for ``seconds``; returns how many were answered."""
+    calls = 0
+    with grpc.insecure_channel(c.bootstrap) as ch:
+        stub = broker_pb2_grpc.BrokerStub(ch)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            stub.Metadata(
+                metadata_pb2.MetadataRequest(), metadata=[("x-client-id", client_id)], timeout=60
+            )
+            calls += 1
+    return calls
