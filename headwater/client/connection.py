@@ -3,6 +3,10 @@
 A :class:`ConnectionPool` belongs to one client object and one event loop; channels are
 created lazily on first use (``grpc.aio`` channels connect in the background) with the
 options of :func:`headwater.rpc.server.channel_options` (64 MiB messages, keepalive).
+
+Security (:mod:`headwater.client.security`): with a TLS ``security`` every channel is a
+``secure_channel`` with the CA / client certificate of the :class:`ClientSecurity` (credentials
+read once per pool); without one (and no process default) channels are plaintext.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections.abc import Callable
 
 import grpc
 
+from headwater.client.security import ClientSecurity, default_security
 from headwater.errors import InvalidConfigError
 from headwater.rpc.server import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2_grpc, coordinator_pb2_grpc
@@ -43,6 +48,7 @@ class ConnectionPool:
         max_message_bytes: int | None = None,
         *,
         address_resolver: Callable[[str], str] | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         #: Maps an address (bootstrap or advertised ``host:port``) to the one to dial: for
         #: port-forwards and NAT, where brokers advertise addresses the client cannot reach,
@@ -51,6 +57,12 @@ class ConnectionPool:
         self._options = (
             channel_options() if max_message_bytes is None else channel_options(max_message_bytes)
         )
+        #: None: plaintext. Defaults to the process default (set_default_security).
+        self.security = security if security is not None else default_security()
+        self._credentials: grpc.ChannelCredentials | None = None
+        if self.security is not None and self.security.tls:
+            self._credentials = self.security.channel_credentials()
+            self._options = self._options + self.security.channel_options()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
         self._controllers: dict[str, controller_pb2_grpc.ControllerStub] = {}
@@ -60,9 +72,20 @@ class ConnectionPool:
     def channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
         if ch is None:
-            ch = grpc.aio.insecure_channel(self._resolve(address), options=self._options)
+            ch = self._make_channel(self._resolve(address))
             self._channels[address] = ch
         return ch
+
+    def _make_channel(self, target: str) -> grpc.aio.Channel:
+        """The one place a client channel is created.
+
+        Authentication hook (H7b): the bearer-token call credentials / metadata interceptor for
+        ``self.security.username`` go here (composite credentials on TLS channels, a client
+        interceptor on plaintext ones).
+        """
+        if self._credentials is not None:
+            return grpc.aio.secure_channel(target, self._credentials, options=self._options)
+        return grpc.aio.insecure_channel(target, options=self._options)
 
     def broker(self, address: str) -> broker_pb2_grpc.BrokerStub:
         stub = self._brokers.get(address)

@@ -9,7 +9,10 @@ each one has, without code of its own:
   (:mod:`headwater.rpc.metrics`),
 * message size limits (``max_message_bytes``) so an oversized request is refused by gRPC
   before any handler allocates for it,
-* two-stage shutdown: stop accepting, let in-flight calls finish for ``grace`` seconds.
+* two-stage shutdown: stop accepting, let in-flight calls finish for ``grace`` seconds,
+* TLS / mTLS when given a :class:`headwater.rpc.security_flags.ServerSecurity` with a
+  certificate (the port then speaks TLS only; the metrics endpoint stays plain HTTP), and the
+  certificate-subject principal mapping (:mod:`headwater.rpc.principal`).
 
 Handlers raise :class:`headwater.errors.HeadwaterError` for whole-request failures; the
 interceptor in :mod:`headwater.rpc.metrics` turns them into a gRPC status with the
@@ -27,7 +30,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from headwater.rpc import metrics
+from headwater.rpc import metrics, principal
+from headwater.rpc.security_flags import ServerSecurity
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,7 @@ async def start_server(
     service: str,
     metrics_port: int | None = 0,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    security: ServerSecurity | None = None,
 ) -> RunningServer:
     """Create, register and start a server on ``host:port`` (0 picks a free port).
 
@@ -85,6 +90,7 @@ async def start_server(
     ``"headwater.v1.Broker"``), which is published for health and reflection.
     ``service`` names the process in metrics ("broker", "controller", ...).
     ``metrics_port`` None disables the Prometheus endpoint; 0 picks a free port.
+    ``security`` None or without a certificate: plaintext; else TLS (mTLS per its client_auth).
     """
     server = grpc.aio.server(
         interceptors=[metrics.ServerInterceptor(service)],
@@ -101,12 +107,21 @@ async def start_server(
         ],
         server,
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    credentials = security.server_credentials() if security is not None else None
+    if security is not None:
+        principal.set_mapper(security.mapper)
+    if credentials is not None:
+        bound = server.add_secure_port(f"{host}:{port}", credentials)
+    else:
+        bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind {host}:{port}")
     await server.start()
     mport = -1 if metrics_port is None else metrics.start_http(host, metrics_port)
     running = RunningServer(server, bound, health_servicer, mport, names)
     await running.set_serving(True)
-    log.info("%s listening on %s:%d (metrics %s)", service, host, bound, mport)
+    mode = "plaintext"
+    if credentials is not None and security is not None:
+        mode = f"TLS, client auth {security.client_auth}"
+    log.info("%s listening on %s:%d (%s; metrics %s)", service, host, bound, mode, mport)
     return running

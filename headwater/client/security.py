@@ -1,0 +1,97 @@
+"""How a client secures its connections: TLS (server verification, optional client certificate
+for mTLS) and SCRAM credentials (docs/security.md).
+
+``ClientSecurity`` is accepted as ``security=`` by AsyncProducer, AsyncConsumer and
+AsyncAdminClient (and the sync facades) and handed to their
+:class:`headwater.client.connection.ConnectionPool`, the one place channels are created.
+
+* ``ca_file``: PEM bundle of the CA(s) that signed the servers' certificates. Giving it (or a
+  client certificate) turns TLS on; without ``ca_file`` the system roots are used.
+* ``cert_file`` / ``key_file``: the client certificate and key (mTLS); both or neither.
+* ``server_hostname_override``: verify the servers' certificates against this name instead of
+  the dialled host (for addresses that are not in the certificate, such as port-forwards).
+  Only for that: it disables the check that the dialled host is the certified one.
+* ``username`` / ``password`` / ``mechanism``: SCRAM credentials (authentication: see
+  docs/security.md; used by the connection pool's call-credentials hook).
+
+:func:`set_default_security` sets the security of clients created without ``security=``
+(process-wide; None = plaintext, the default). Test harnesses use it to run whole suites over
+TLS; an application normally passes ``security=`` instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from headwater.errors import InvalidConfigError
+
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _read(path: str | None, what: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidConfigError(f"cannot read {what} {path}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """A client's TLS files and credentials (see the module doc). Raises InvalidConfigError
+    when inconsistent (certificate without key, password without user, unknown mechanism)."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_hostname_override: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    mechanism: str = "SCRAM-SHA-512"
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise InvalidConfigError("cert_file and key_file go together")
+        if (self.username is None) != (self.password is None):
+            raise InvalidConfigError("username and password go together")
+        if self.mechanism not in MECHANISMS:
+            raise InvalidConfigError(f"mechanism must be one of {MECHANISMS}")
+        if self.server_hostname_override is not None and not self.tls:
+            raise InvalidConfigError("server_hostname_override needs TLS (ca_file or cert_file)")
+
+    @property
+    def tls(self) -> bool:
+        """Whether channels are TLS (a CA or a client certificate is given)."""
+        return self.ca_file is not None or self.cert_file is not None
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """TLS channel credentials (reads the files: call once per pool)."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca_file, "CA file"),
+            private_key=_read(self.key_file, "key file"),
+            certificate_chain=_read(self.cert_file, "certificate file"),
+        )
+
+    def channel_options(self) -> list[tuple[str, Any]]:
+        """Extra channel options (the hostname override)."""
+        if self.server_hostname_override:
+            return [("grpc.ssl_target_name_override", self.server_hostname_override)]
+        return []
+
+
+_default: ClientSecurity | None = None
+
+
+def set_default_security(security: ClientSecurity | None) -> None:
+    """Security of clients (connection pools) created without ``security=`` in this process."""
+    global _default
+    _default = security
+
+
+def default_security() -> ClientSecurity | None:
+    return _default
