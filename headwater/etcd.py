@@ -267,9 +267,23 @@ class Etcd:
 
     @classmethod
     async def connect(
-        cls, endpoint: str, *, timeout: float = DEFAULT_RPC_TIMEOUT, workers: int = 4
+        cls,
+        endpoint: str,
+        *,
+        timeout: float = DEFAULT_RPC_TIMEOUT,
+        workers: int = 4,
+        ca: str | None = None,
+        cert: str | None = None,
+        key: str | None = None,
     ) -> Etcd:
-        """Connect to ``"host:port"`` and check the server answers (raises EtcdError)."""
+        """Connect to ``"host:port"`` and check the server answers (raises EtcdError).
+
+        ``ca`` (PEM path) turns TLS on and verifies etcd's certificate; ``cert``/``key`` add a
+        client certificate (etcd's ``--client-cert-auth``). A certificate without ``ca`` or
+        without its key raises EtcdError.
+        """
+        if (cert is None) != (key is None) or (cert is not None and ca is None):
+            raise EtcdError("etcd TLS: cert and key go together, and need ca")
         host, _, port_text = endpoint.rpartition(":")
         if not host or not port_text.isdigit():
             raise EtcdError(f"bad etcd endpoint {endpoint!r}; expected HOST:PORT")
@@ -279,7 +293,15 @@ class Etcd:
         loop = asyncio.get_running_loop()
         try:
             client = await loop.run_in_executor(
-                executor, lambda: pyetcd.client(host=host, port=int(port_text), timeout=timeout)
+                executor,
+                lambda: pyetcd.client(
+                    host=host,
+                    port=int(port_text),
+                    timeout=timeout,
+                    ca_cert=ca,
+                    cert_key=key,
+                    cert_cert=cert,
+                ),
             )
             self = cls(client, endpoint, executor)
             await self._call(client.status)

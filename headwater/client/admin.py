@@ -40,6 +40,7 @@ from headwater.client.admin_txns import TransactionAdminMixin
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import ClusterView, Metadata
 from headwater.client.offsets import EARLIEST, LATEST, list_offsets
+from headwater.client.security import ClientSecurity
 from headwater.client.types import OffsetAndTimestamp, TopicPartition
 from headwater.v1 import controller_pb2
 
@@ -156,6 +157,7 @@ class AsyncAdminClient(GroupAdminMixin, ConfigAdminMixin, TransactionAdminMixin)
         *,
         controller: str | None = None,
         request_timeout_ms: int = 30_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._bootstrap = parse_bootstrap(
             bootstrap if isinstance(bootstrap, str) else list(bootstrap)
@@ -164,7 +166,7 @@ class AsyncAdminClient(GroupAdminMixin, ConfigAdminMixin, TransactionAdminMixin)
         if self._explicit:
             parse_bootstrap(self._explicit)
         self.timeout_s = request_timeout_ms / 1000
-        self._pool = ConnectionPool()
+        self._pool = ConnectionPool(security=security)
         self._metadata = Metadata(
             self._pool, self._bootstrap, request_timeout_ms=request_timeout_ms
         )

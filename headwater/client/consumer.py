@@ -71,6 +71,7 @@ from headwater.client.fetched import FetchedBatch, first_index_at, offset_at
 from headwater.client.group import GroupConfig, GroupMember, RebalanceListener
 from headwater.client.metadata import Metadata
 from headwater.client.offsets import EARLIEST, LATEST, list_offsets
+from headwater.client.security import ClientSecurity
 from headwater.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from headwater.v1 import broker_pb2
 
@@ -149,8 +150,10 @@ class AsyncConsumer:
         auto_commit_interval_ms: int = 5_000,
         isolation_level: str = "read_uncommitted",
         address_resolver: Callable[[str], str] | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._address_resolver = address_resolver
+        self._security = security  # TLS / credentials (headwater.client.security)
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise errors.InvalidConfigError(
                 "isolation_level must be read_uncommitted or read_committed, "
@@ -207,7 +210,9 @@ class AsyncConsumer:
         if self._closed:
             raise ConsumerClosedError("consumer is closed")
         if self._pool is None or self._metadata is None:
-            self._pool = ConnectionPool(address_resolver=self._address_resolver)
+            self._pool = ConnectionPool(
+                address_resolver=self._address_resolver, security=self._security
+            )
             self._metadata = Metadata(
                 self._pool,
                 self._bootstrap,

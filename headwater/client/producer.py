@@ -22,7 +22,9 @@ before :class:`BufferExhaustedError`; ``compression_type`` none | gzip | lz4 | z
 per broker (5); ``request_timeout_ms`` (30 s); ``max_request_size`` (8 MiB of batches per
 request); ``client_id``; ``partitioner`` ("default" = CRC-32C, "murmur2", or a callable);
 ``address_resolver`` (maps an advertised ``host:port`` to the address to dial: port-forwards,
-NAT, fault proxies; the consumer takes it too).
+NAT, fault proxies; the consumer takes it too); ``security`` (a
+:class:`headwater.client.security.ClientSecurity`: TLS / mTLS / SCRAM; the consumer and admin
+client take it too).
 
 Idempotence (docs/transactions.md): ``acks`` defaults to "all" (Kafka 3.x) and
 ``enable_idempotence`` (None) is then on: the producer gets a producer id on first use and
@@ -59,6 +61,7 @@ from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, Group, He
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.errors import BufferExhaustedError, ProducerClosedError
 from headwater.client.metadata import Metadata
+from headwater.client.security import ClientSecurity
 from headwater.client.sender import Sender
 from headwater.client.types import GroupMetadata, RecordMetadata, TopicPartition
 from headwater.v1 import broker_pb2
@@ -117,8 +120,10 @@ class AsyncProducer:
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
         address_resolver: Callable[[str], str] | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._address_resolver = address_resolver
+        self._security = security  # TLS / credentials (headwater.client.security)
         self._bootstrap = parse_bootstrap(
             bootstrap if isinstance(bootstrap, str) else list(bootstrap)
         )
@@ -194,7 +199,9 @@ class AsyncProducer:
                 return
             self._check_open()
             c = self._cfg
-            self._pool = ConnectionPool(address_resolver=self._address_resolver)
+            self._pool = ConnectionPool(
+                address_resolver=self._address_resolver, security=self._security
+            )
             self._metadata = Metadata(
                 self._pool,
                 self._bootstrap,

@@ -19,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+from headwater.rpc.security_flags import add_security_flags, security_from_args
 from services.broker.dynamic_config import parse_static
 from services.broker.registration import LEASE_TTL_S
 from services.broker.replication.peers import parse_overrides
@@ -92,7 +93,9 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         "quota.window.size.seconds; dynamic configs in etcd (headwater configs alter "
         "--entity-type brokers) take precedence",
     )
+    add_security_flags(ap)
     a = ap.parse_args(argv)
+    security = security_from_args(a, ap)
     dirs = [Path(d) for d in a.data_dirs.split(",") if d.strip()]
     if not dirs:
         ap.error("--data-dirs needs at least one directory")
@@ -136,6 +139,7 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         log_cleaner_io_max_bytes_per_s=a.log_cleaner_io_max_bytes_per_second or None,
         retention_check_interval_ms=a.log_retention_check_interval_ms,
         static_configs=static_configs,
+        security=security,
     )
 
 

@@ -52,9 +52,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from headwater import etcd as hetcd
 from headwater.batch.codec import now_ms
 from headwater.errors import HeadwaterError
+from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.broker import metrics, servicer
 from services.broker.dynamic_config import BrokerConfig
@@ -104,6 +107,8 @@ class BrokerSettings:
     retention_check_interval_ms: int = int(RETENTION_INTERVAL_S * 1000)
     #: Static broker configs (``--config``): topic defaults and the quota window.
     static_configs: dict[str, str] = field(default_factory=dict)
+    #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
+    security: ServerSecurity = PLAINTEXT
 
     def registered_configs(self) -> dict[str, str]:
         """The start-up configs reported by DescribeConfigs (source static)."""
@@ -204,7 +209,7 @@ async def serve(settings: BrokerSettings) -> int:
         settings.broker_id,
         log_manager,
         metadata,
-        peers=Peers(metadata, settings.peer_overrides),
+        peers=Peers(metadata, settings.peer_overrides, _peer_credentials(settings.security)),
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
     )
     await asyncio.to_thread(rm.load_high_watermarks)
@@ -217,12 +222,13 @@ async def serve(settings: BrokerSettings) -> int:
         register=[servicer.registrar(rm, producer_ids, quotas)],
         service="broker",
         metrics_port=settings.metrics_port,
+        security=settings.security,
     )
     tasks: list[asyncio.Task[None]] = []
     client: hetcd.Etcd | None = None
     registration: Registration | None = None
     try:
-        client = await hetcd.Etcd.connect(settings.etcd)
+        client = await hetcd.Etcd.connect(settings.etcd, **settings.security.etcd_kwargs())
         producer_ids.allocator = ProducerIdAllocator(client)
         broker_config = BrokerConfig(
             client, settings.broker_id, settings.static_configs, rm.set_topic_defaults
@@ -341,3 +347,9 @@ async def serve(settings: BrokerSettings) -> int:
             await client.close()
         log.info("broker %d stopped", settings.broker_id)
     return exit_code
+
+
+def _peer_credentials(security: ServerSecurity) -> grpc.ChannelCredentials | None:
+    """TLS credentials towards other brokers and the controller (None: plaintext)."""
+    client = security.client_security()
+    return client.channel_credentials() if client is not None else None

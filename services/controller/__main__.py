@@ -12,6 +12,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from headwater.rpc.security_flags import add_security_flags, security_from_args
 from services.controller.app import Settings, run
 
 
@@ -44,7 +45,9 @@ def parse(argv: list[str] | None = None) -> Settings:
         " preferred leader of are led elsewhere (default 10)",
     )
     ap.add_argument("--log-level", default="INFO")
+    add_security_flags(ap)
     a = ap.parse_args(argv)
+    security = security_from_args(a, ap)
     if a.leader_imbalance_check_interval_s <= 0:
         ap.error("--leader-imbalance-check-interval-s must be > 0")
     logging.basicConfig(
@@ -62,6 +65,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         auto_leader_rebalance=a.auto_leader_rebalance,
         imbalance_check_interval_s=a.leader_imbalance_check_interval_s,
         imbalance_percent=a.leader_imbalance_per_broker_percentage,
+        security=security,
     )
 
 

@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from headwater import etcd as hetcd
+from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.controller import events
+from services.controller.broker_channels import BrokerChannels
 from services.controller.election import Election
 from services.controller.service import ControllerService, register
 
@@ -45,6 +47,8 @@ class Settings:
     auto_leader_rebalance: bool = True
     imbalance_check_interval_s: float = 300.0
     imbalance_percent: float = 10.0
+    #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
+    security: ServerSecurity = PLAINTEXT
 
 
 def write_ready_file(path: Path, payload: dict[str, Any]) -> None:
@@ -62,7 +66,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             aloop.add_signal_handler(sig, stop.set)
 
-    etcd = await _connect_etcd(settings.etcd)
+    etcd = await _connect_etcd(settings.etcd, security=settings.security)
     controller = events.ControllerLoop(
         etcd,
         controller_id=settings.controller_id,
@@ -72,6 +76,9 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         imbalance_check_interval_s=settings.imbalance_check_interval_s,
         imbalance_percent=settings.imbalance_percent,
     )
+    peer = settings.security.client_security()
+    if peer is not None:  # controller -> broker links over TLS, with this controller's identity
+        controller.channels = BrokerChannels(peer.channel_credentials())
     election: Election | None = None  # needs the bound port; created after the server
     servicer = ControllerService(controller, lambda: election.leader if election else None)
     server = await start_server(
@@ -80,6 +87,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         register=[register(servicer)],
         service="controller",
         metrics_port=settings.metrics_port,
+        security=settings.security,
     )
     controller.port = server.port
     election = Election(
@@ -116,11 +124,13 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         await etcd.close()
 
 
-async def _connect_etcd(endpoint: str, timeout: float = 30.0) -> hetcd.Etcd:
+async def _connect_etcd(
+    endpoint: str, timeout: float = 30.0, *, security: ServerSecurity = PLAINTEXT
+) -> hetcd.Etcd:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
-            return await hetcd.Etcd.connect(endpoint)
+            return await hetcd.Etcd.connect(endpoint, **security.etcd_kwargs())
         except hetcd.EtcdError as exc:
             if asyncio.get_running_loop().time() >= deadline:
                 raise

@@ -7,7 +7,8 @@ retrying transport failures with capped exponential backoff for as long as the b
 alive (the link is closed when the broker's registration disappears or changes epoch).
 
 Coalescing: UpdateMetadata is a full snapshot, so a queued, not yet sent UpdateMetadata is
-replaced by a newer one. Responses carrying STALE_CONTROLLER_EPOCH (this controller was
+replaced by a newer one. With ``credentials`` (the controller's TLS identity) links are TLS.
+Responses carrying STALE_CONTROLLER_EPOCH (this controller was
 deposed) or STALE_BROKER_EPOCH (the broker re-registered; a new link follows) drop the request.
 """
 
@@ -41,11 +42,13 @@ ControlRequest = (
 class BrokerLink:
     """The channel, queue and sender task for one broker registration (id + epoch)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, credentials: grpc.ChannelCredentials | None = None) -> None:
         self.broker = broker
-        self._channel = grpc.aio.insecure_channel(
-            f"{broker.host}:{broker.port}", options=channel_options()
-        )
+        target = f"{broker.host}:{broker.port}"
+        if credentials is not None:
+            self._channel = grpc.aio.secure_channel(target, credentials, options=channel_options())
+        else:
+            self._channel = grpc.aio.insecure_channel(target, options=channel_options())
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._queue: collections.deque[ControlRequest] = collections.deque()
         self._wakeup = asyncio.Event()
@@ -145,8 +148,9 @@ class BrokerLink:
 class BrokerChannels:
     """Links to every live broker. Called only from the controller's event-loop task."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
         self._links: dict[int, BrokerLink] = {}
+        self.credentials = credentials
 
     async def sync(self, brokers: dict[int, Broker]) -> None:
         """Open links to new registrations, close links of gone or re-registered brokers."""
@@ -157,7 +161,7 @@ class BrokerChannels:
                 await link.close()
         for bid, broker in brokers.items():
             if bid not in self._links:
-                self._links[bid] = BrokerLink(broker)
+                self._links[bid] = BrokerLink(broker, self.credentials)
 
     def send(self, broker_id: int, request: ControlRequest) -> None:
         link = self._links.get(broker_id)

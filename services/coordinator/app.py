@@ -32,6 +32,7 @@ from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncProducer
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import Metadata
+from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.controller.app import _connect_etcd, write_ready_file
 from services.coordinator import metrics
@@ -66,6 +67,8 @@ class Settings:
     topic_watch_interval_s: float = WATCH_INTERVAL_S
     transaction_state_partitions: int = 8
     transaction_max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
+    #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
+    security: ServerSecurity = PLAINTEXT
 
 
 async def broker_bootstrap(etcd: hetcd.Etcd, timeout_s: float = 60.0) -> list[str]:
@@ -159,10 +162,11 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             aloop.add_signal_handler(sig, stop.set)
-    etcd = await _connect_etcd(settings.etcd)
+    etcd = await _connect_etcd(settings.etcd, security=settings.security)
+    peer = settings.security.client_security()  # brokers and controller, as this service
     brokers = await broker_bootstrap(etcd)
     bootstrap = ",".join(brokers)
-    admin = AsyncAdminClient(bootstrap, request_timeout_ms=5_000)
+    admin = AsyncAdminClient(bootstrap, request_timeout_ms=5_000, security=peer)
     partitions = await ensure_offsets_topic(admin, settings, len(brokers))
     txn_partitions = await ensure_internal_topic(
         admin, TXN_TOPIC, settings.transaction_state_partitions, settings, len(brokers)
@@ -175,13 +179,14 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         delivery_timeout_ms=10_000,
         request_timeout_ms=5_000,
         client_id=f"coordinator-{settings.coordinator_id}",
+        security=peer,
     )
     await producer.start()
     ownership: Ownership | None = None
     txn_ownership: Ownership | None = None
     servicer = GroupCoordinatorServicer(etcd, lambda: ownership, admin, partitions, txn_partitions)
     tservicer = txn_servicer.TransactionCoordinatorServicer(lambda: txn_ownership, txn_partitions)
-    pool = ConnectionPool()
+    pool = ConnectionPool(security=peer)
     markers = MarkerWriter(pool, Metadata(pool, parse_bootstrap(bootstrap)), etcd, partitions)
     allocator = ProducerIdAllocator(etcd)
     server = await start_server(
@@ -190,6 +195,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         register=[register(servicer), txn_servicer.register(tservicer)],
         service="coordinator",
         metrics_port=settings.metrics_port,
+        security=settings.security,
     )
     metrics_url = (
         f"http://{settings.host}:{server.metrics_port}/metrics" if server.metrics_port > 0 else ""

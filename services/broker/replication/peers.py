@@ -7,7 +7,8 @@ proxies with it); clients keep seeing the registered address. The controller's a
 metadata cache's ``controller`` endpoint.
 
 Channels are cached per address and owned by this object (event loop only); ``close`` closes
-them all.
+them all. With ``credentials`` (the broker's TLS identity: its CA and its own certificate as
+client certificate, from ``ServerSecurity.client_security()``) every channel is TLS.
 """
 
 from __future__ import annotations
@@ -46,9 +47,15 @@ def parse_overrides(items: list[str]) -> dict[int, str]:
 class Peers:
     """Where brokers and the controller are, and channels to them."""
 
-    def __init__(self, metadata: MetadataCache, overrides: Mapping[int, str] | None = None):
+    def __init__(
+        self,
+        metadata: MetadataCache,
+        overrides: Mapping[int, str] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ):
         self.metadata = metadata
         self.overrides = dict(overrides or {})
+        self.credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def broker_address(self, broker_id: int) -> str | None:
@@ -64,7 +71,10 @@ class Peers:
     def channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
         if ch is None:
-            ch = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            if self.credentials is not None:
+                ch = grpc.aio.secure_channel(address, self.credentials, options=CHANNEL_OPTIONS)
+            else:
+                ch = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             self._channels[address] = ch
         return ch
 
