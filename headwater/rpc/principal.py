@@ -8,6 +8,7 @@ rules (:class:`headwater.rpc.security_flags.PrincipalMapper`, set by ``start_ser
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from typing import Any
 
@@ -30,11 +31,26 @@ def set_mapper(mapper: PrincipalMapper) -> None:
     _cert_principal.cache_clear()
 
 
+#: The user the auth interceptor (:mod:`headwater.rpc.auth.interceptor`) resolved for the call
+#: being handled (token > certificate > anonymous); a context variable of the call's task.
+_authenticated: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "headwater_authenticated_user", default=None
+)
+
+
+def set_authenticated(user: str) -> None:
+    """Record the resolved user of the current call (called by the auth interceptor only)."""
+    _authenticated.set(user)
+
+
 def principal_of(context: Any) -> str:
     """The authenticated user of the call behind ``context`` (a ``grpc.aio.ServicerContext``).
 
     Raises SaslAuthenticationFailedError for a client certificate no mapping rule applies to.
     """
+    user = _authenticated.get()
+    if user is not None:
+        return user
     name = cert_principal_of(context)
     return ANONYMOUS if name is None else name
 

@@ -31,6 +31,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from headwater.rpc import metrics, principal
+from headwater.rpc.auth import authenticator
+from headwater.rpc.auth.interceptor import AuthInterceptor, ServerAuth
 from headwater.rpc.security_flags import ServerSecurity
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class RunningServer:
     health: health.HealthServicer
     metrics_port: int
     service_names: Sequence[str]
+    auth: ServerAuth | None = None
 
     async def set_serving(self, serving: bool) -> None:
         status = (
@@ -72,6 +75,8 @@ class RunningServer:
     async def stop(self, grace: float = 2.0) -> None:
         await self.set_serving(False)
         await self.server.stop(grace)
+        if self.auth is not None:
+            await self.auth.stop()
 
 
 async def start_server(
@@ -83,6 +88,7 @@ async def start_server(
     metrics_port: int | None = 0,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     security: ServerSecurity | None = None,
+    auth: ServerAuth | None = None,
 ) -> RunningServer:
     """Create, register and start a server on ``host:port`` (0 picks a free port).
 
@@ -91,11 +97,15 @@ async def start_server(
     ``service`` names the process in metrics ("broker", "controller", ...).
     ``metrics_port`` None disables the Prometheus endpoint; 0 picks a free port.
     ``security`` None or without a certificate: plaintext; else TLS (mTLS per its client_auth).
+    ``auth`` (:func:`headwater.rpc.auth.interceptor.server_auth`): serve the Authenticator,
+    verify bearer tokens and, with its authorizer, enforce ACLs on every call.
     """
-    server = grpc.aio.server(
-        interceptors=[metrics.ServerInterceptor(service)],
-        options=channel_options(max_message_bytes),
-    )
+    interceptors: list[grpc.aio.ServerInterceptor] = [metrics.ServerInterceptor(service)]
+    if auth is not None:
+        interceptors.append(AuthInterceptor(auth))  # inside metrics: its errors get trailers
+        register = [*register, authenticator.register(auth)]
+        await auth.start()
+    server = grpc.aio.server(interceptors=interceptors, options=channel_options(max_message_bytes))
     names = [reg(server) for reg in register]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -118,7 +128,7 @@ async def start_server(
         raise OSError(f"cannot bind {host}:{port}")
     await server.start()
     mport = -1 if metrics_port is None else metrics.start_http(host, metrics_port)
-    running = RunningServer(server, bound, health_servicer, mport, names)
+    running = RunningServer(server, bound, health_servicer, mport, names, auth)
     await running.set_serving(True)
     mode = "plaintext"
     if credentials is not None and security is not None:
