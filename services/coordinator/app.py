@@ -32,6 +32,7 @@ from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncProducer
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import Metadata
+from headwater.client.security import set_default_security
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.controller.app import _connect_etcd, write_ready_file
@@ -164,6 +165,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             aloop.add_signal_handler(sig, stop.set)
     etcd = await _connect_etcd(settings.etcd, security=settings.security)
     peer = settings.security.client_security()  # brokers and controller, as this service
+    if peer is not None:  # every client of this process (partition runtimes' consumers too)
+        set_default_security(peer)
     brokers = await broker_bootstrap(etcd)
     bootstrap = ",".join(brokers)
     admin = AsyncAdminClient(bootstrap, request_timeout_ms=5_000, security=peer)
