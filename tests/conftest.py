@@ -15,6 +15,16 @@ import pytest
 
 from headwater.dev.cluster import LocalCluster
 from headwater.dev.etcd_server import EtcdServer
+from tests.security import switch as security_switch
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """HEADWATER_TEST_TLS=1: TLS clusters and TLS clients everywhere (tests/security/switch.py)."""
+    security_switch.configure()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    security_switch.unconfigure()
 
 
 @pytest.fixture(scope="session")

@@ -128,14 +128,16 @@ class CertificateAuthority:
         """Issue ``<name>.pem`` / ``<name>.key`` (subject ``O=<organization>,CN=<common_name or
         name>``, SANs ``hosts``, server + client usage; valid for a year unless given)."""
         key = ec.generate_private_key(ec.SECP256R1())
+        end = not_after or _now() + 365 * _DAY
+        start = not_before or min(_now(), end) - _DAY
         builder = (
             x509.CertificateBuilder()
             .subject_name(_name(common_name or name, organization))
             .issuer_name(self._cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(not_before or _now() - _DAY)
-            .not_valid_after(not_after or _now() + 365 * _DAY)
+            .not_valid_before(start)
+            .not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.ExtendedKeyUsage(

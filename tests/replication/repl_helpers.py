@@ -17,13 +17,13 @@ import grpc
 
 from headwater.batch import decode_batches, encode_batch, iter_headers
 from headwater.client import AsyncAdminClient
-from headwater.dev.cluster import LocalCluster
+from headwater.dev.cluster import LocalCluster, sync_channel
 from headwater.errors import HeadwaterError
 from headwater.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 
 
 def stub(address: str) -> tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]:
-    ch = grpc.insecure_channel(address)
+    ch = sync_channel(address)  # TLS under the suite's HEADWATER_TEST_TLS switch
     return ch, broker_pb2_grpc.BrokerStub(ch)
 
 

@@ -1,0 +1,45 @@
+"""The test suite's security switch: ``HEADWATER_TEST_TLS=1`` runs tests over TLS (mTLS).
+
+With the switch on, :func:`configure` (called by tests/conftest.py at start-up) creates one CA
+for the session, makes every :class:`headwater.dev.cluster.LocalCluster` that does not say
+otherwise a TLS cluster signed by it (``LocalCluster.default_tls`` / ``default_ca_dir``), and
+sets the process-default client security (CA + a ``CN=client`` certificate) so every client the
+tests create without ``security=`` (producers, consumers, admin clients, the launcher's health
+checks, :func:`headwater.dev.cluster.sync_channel`) speaks TLS to those clusters.
+:func:`unconfigure` removes the CA folder. Off by default: plaintext.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+ENV = "HEADWATER_TEST_TLS"
+_state: dict[str, Path] = {}
+
+
+def tls_on() -> bool:
+    return os.environ.get(ENV, "") == "1"
+
+
+def configure() -> None:
+    if not tls_on():
+        return
+    from headwater.client.security import ClientSecurity, set_default_security
+    from headwater.dev.cluster import LocalCluster
+    from headwater.dev.tls import CertificateAuthority
+
+    ca_dir = Path(tempfile.mkdtemp(prefix="headwater-test-tls-"))
+    _state["ca_dir"] = ca_dir
+    client = CertificateAuthority(ca_dir).issued("client")
+    LocalCluster.default_tls = True
+    LocalCluster.default_ca_dir = ca_dir
+    set_default_security(ClientSecurity(str(client.ca), str(client.cert), str(client.key)))
+
+
+def unconfigure() -> None:
+    ca_dir = _state.pop("ca_dir", None)
+    if ca_dir is not None:
+        shutil.rmtree(ca_dir, ignore_errors=True)
