@@ -36,6 +36,7 @@ import grpc
 from headwater import errors
 from headwater.client.admin_configs import ConfigAdminMixin
 from headwater.client.admin_groups import GroupAdminMixin
+from headwater.client.admin_security import SecurityAdminMixin
 from headwater.client.admin_txns import TransactionAdminMixin
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import ClusterView, Metadata
@@ -148,7 +149,9 @@ def _raise_result(result: controller_pb2.TopicResult) -> None:
     errors.raise_for_code(result.error_code, result.error_message or result.name)
 
 
-class AsyncAdminClient(GroupAdminMixin, ConfigAdminMixin, TransactionAdminMixin):
+class AsyncAdminClient(
+    GroupAdminMixin, ConfigAdminMixin, TransactionAdminMixin, SecurityAdminMixin
+):
     """See the module docstring. Lives on one event loop."""
 
     def __init__(

@@ -17,6 +17,12 @@ import grpc
 
 from headwater.client.security import ClientSecurity, default_security
 from headwater.errors import InvalidConfigError
+from headwater.rpc.auth.client import (
+    ScramTokenSource,
+    TokenSource,
+    bearer_interceptors,
+    default_token_source,
+)
 from headwater.rpc.server import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2_grpc, coordinator_pb2_grpc
 
@@ -49,6 +55,7 @@ class ConnectionPool:
         *,
         address_resolver: Callable[[str], str] | None = None,
         security: ClientSecurity | None = None,
+        token_source: TokenSource | None = None,
     ) -> None:
         #: Maps an address (bootstrap or advertised ``host:port``) to the one to dial: for
         #: port-forwards and NAT, where brokers advertise addresses the client cannot reach,
@@ -63,6 +70,17 @@ class ConnectionPool:
         if self.security is not None and self.security.tls:
             self._credentials = self.security.channel_credentials()
             self._options = self._options + self.security.channel_options()
+        #: Bearer tokens (authentication): a service's own source, else SCRAM with the
+        #: security's username/password (authenticating on first use), else none.
+        self.token_source: TokenSource | None = token_source or default_token_source()
+        if self.security is not None and self.security.username:
+            assert self.security.password is not None
+            self.token_source = ScramTokenSource(
+                self.security.username,
+                self.security.password,
+                self.security.mechanism,
+                self._plain_channel,
+            )
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
         self._controllers: dict[str, controller_pb2_grpc.ControllerStub] = {}
@@ -77,12 +95,20 @@ class ConnectionPool:
         return ch
 
     def _make_channel(self, target: str) -> grpc.aio.Channel:
-        """The one place a client channel is created.
+        """The one place a client channel is created: TLS per the security, and with a token
+        source the interceptors adding ``authorization: Bearer <token>`` to every call (a
+        client interceptor works on plaintext and TLS channels alike)."""
+        interceptors = (
+            None if self.token_source is None else bearer_interceptors(self.token_source, target)
+        )
+        if self._credentials is not None:
+            return grpc.aio.secure_channel(
+                target, self._credentials, options=self._options, interceptors=interceptors
+            )
+        return grpc.aio.insecure_channel(target, options=self._options, interceptors=interceptors)
 
-        Authentication hook (H7b): the bearer-token call credentials / metadata interceptor for
-        ``self.security.username`` go here (composite credentials on TLS channels, a client
-        interceptor on plaintext ones).
-        """
+    def _plain_channel(self, target: str) -> grpc.aio.Channel:
+        """A channel without the token interceptors (the SCRAM exchange itself)."""
         if self._credentials is not None:
             return grpc.aio.secure_channel(target, self._credentials, options=self._options)
         return grpc.aio.insecure_channel(target, options=self._options)

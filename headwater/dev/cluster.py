@@ -36,7 +36,10 @@ them.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
+import secrets
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,13 +48,18 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headwater import etcd as hetcd
 from headwater.client.security import ClientSecurity, default_security
 from headwater.dev.etcd_server import EtcdServer
 from headwater.dev.procs import ChildProcess, python_env, wait_until
 from headwater.dev.tls import CertificateAuthority, Issued
+from headwater.rpc.auth import credentials
+from headwater.rpc.auth.client import SERVICE_USER_ENV
 from headwater.v1 import broker_pb2_grpc, metadata_pb2
 
 HOST = "127.0.0.1"
+#: The services' internal identity when the authorizer is on (a super user).
+SERVICE_USER = "headwater-service"
 
 
 @dataclass
@@ -69,6 +77,8 @@ class ServiceProcess:
     extra: dict[str, object] = field(default_factory=dict)
     #: How the launcher itself talks to the process (health checks); None: plaintext.
     security: ClientSecurity | None = None
+    #: Extra environment of the child (e.g. HEADWATER_SERVICE_USER, the internal identity).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -85,7 +95,7 @@ class ServiceProcess:
     def start(self) -> None:
         self.ready_file.unlink(missing_ok=True)
         self.port = self.metrics_port = 0
-        self.child = ChildProcess(self.name, self.argv, self.log_path, env=python_env())
+        self.child = ChildProcess(self.name, self.argv, self.log_path, env=python_env() | self.env)
         self.child.start()
 
     def alive(self) -> bool:
@@ -240,6 +250,8 @@ class LocalCluster:
         tls_client_auth: str = "required",
         ca_dir: Path | str | None = None,
         security_args: Sequence[str] = (),
+        authorizer: bool = False,
+        super_users: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.logs_dir = self.data_dir / "logs"
@@ -248,6 +260,16 @@ class LocalCluster:
         self.tls = self.default_tls if tls is None else tls
         self.tls_client_auth = tls_client_auth
         self._security_args = list(security_args)
+        #: Authorizer on (docs/security.md): every service gets ``--authorizer`` and the super
+        #: users (``User:headwater-service`` — the services' internal identity, a token they
+        #: mint with the cluster key via $HEADWATER_SERVICE_USER —, ``User:admin`` and
+        #: ``super_users``); ``admin`` gets SCRAM credentials written to etcd at start
+        #: (:meth:`admin_security`).
+        self.authorizer = authorizer
+        self.admin_password = secrets.token_hex(12)
+        if authorizer:
+            supers = [f"User:{SERVICE_USER}", "User:admin", *super_users]
+            self._security_args += ["--authorizer", "--super-users", ";".join(supers)]
         self.ca: CertificateAuthority | None = None
         etcd_tls: Issued | None = None
         if self.tls:
@@ -303,7 +325,55 @@ class LocalCluster:
     def _secured(self, proc: ServiceProcess) -> ServiceProcess:
         proc.argv += self._service_security_args(proc.name)
         proc.security = self.client_security()
+        if self.authorizer:
+            proc.env[SERVICE_USER_ENV] = SERVICE_USER
         return proc
+
+    def admin_security(self, mechanism: str = "SCRAM-SHA-512") -> ClientSecurity:
+        """The super user ``admin`` (SCRAM), over TLS when the cluster has it."""
+        tls = self.client_security()
+        return ClientSecurity(
+            ca_file=tls.ca_file if tls else None,
+            cert_file=tls.cert_file if tls else None,
+            key_file=tls.key_file if tls else None,
+            username="admin",
+            password=self.admin_password,
+            mechanism=mechanism,
+        )
+
+    def user_security(
+        self, user: str, password: str, mechanism: str = "SCRAM-SHA-512"
+    ) -> ClientSecurity:
+        """A SCRAM user's client security (TLS files without a client certificate)."""
+        tls = self.client_security()
+        return ClientSecurity(
+            ca_file=tls.ca_file if tls else None,
+            username=user,
+            password=password,
+            mechanism=mechanism,
+        )
+
+    def _bootstrap_admin(self) -> None:
+        """Write the admin's SCRAM credentials into etcd (before any service starts)."""
+
+        async def run() -> None:
+            kw = self._etcd_client_kwargs()
+            client = await hetcd.Etcd.connect(
+                self.etcd.endpoint, ca=kw.get("ca"), cert=kw.get("cert"), key=kw.get("key")
+            )
+            try:
+                await credentials.bootstrap_user(client, "admin", self.admin_password)
+            finally:
+                await client.close()
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # callers may be on a loop
+            pool.submit(asyncio.run, run()).result()
+
+    def _etcd_client_kwargs(self) -> dict[str, str]:
+        if self.ca is None:
+            return {}
+        client = self.ca.issued("client")
+        return {"ca": str(client.ca), "cert": str(client.cert), "key": str(client.key)}
 
     # ---- process construction
 
@@ -337,6 +407,8 @@ class LocalCluster:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.etcd.start(timeout=self.startup_timeout)
+            if self.authorizer:
+                self._bootstrap_admin()
             for cid in range(1, self._n_controllers + 1):
                 self.controllers[cid] = self._controller(cid)
                 self.controllers[cid].start()

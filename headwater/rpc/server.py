@@ -97,14 +97,14 @@ async def start_server(
     ``service`` names the process in metrics ("broker", "controller", ...).
     ``metrics_port`` None disables the Prometheus endpoint; 0 picks a free port.
     ``security`` None or without a certificate: plaintext; else TLS (mTLS per its client_auth).
-    ``auth`` (:func:`headwater.rpc.auth.interceptor.server_auth`): serve the Authenticator,
-    verify bearer tokens and, with its authorizer, enforce ACLs on every call.
+    ``auth`` (:class:`headwater.rpc.auth.interceptor.ServerAuth`, attached to etcd before or
+    after the start): serve the Authenticator, verify bearer tokens and, with its authorizer,
+    enforce ACLs on every call.
     """
     interceptors: list[grpc.aio.ServerInterceptor] = [metrics.ServerInterceptor(service)]
     if auth is not None:
         interceptors.append(AuthInterceptor(auth))  # inside metrics: its errors get trailers
         register = [*register, authenticator.register(auth)]
-        await auth.start()
     server = grpc.aio.server(interceptors=interceptors, options=channel_options(max_message_bytes))
     names = [reg(server) for reg in register]
     health_servicer = health.aio.HealthServicer()

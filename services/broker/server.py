@@ -57,6 +57,8 @@ import grpc
 from headwater import etcd as hetcd
 from headwater.batch.codec import now_ms
 from headwater.errors import HeadwaterError
+from headwater.rpc.auth.client import attach_service
+from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.broker import metrics, servicer
@@ -216,6 +218,7 @@ async def serve(settings: BrokerSettings) -> int:
     producer_ids = ProducerIds()
     quotas = QuotaManager(settings.broker_id, static_window=static_window(settings.static_configs))
 
+    auth = ServerAuth(settings.security)  # completed once etcd is connected (calls wait)
     running = await start_server(
         host=settings.host,
         port=settings.port,
@@ -223,12 +226,14 @@ async def serve(settings: BrokerSettings) -> int:
         service="broker",
         metrics_port=settings.metrics_port,
         security=settings.security,
+        auth=auth,
     )
     tasks: list[asyncio.Task[None]] = []
     client: hetcd.Etcd | None = None
     registration: Registration | None = None
     try:
         client = await hetcd.Etcd.connect(settings.etcd, **settings.security.etcd_kwargs())
+        await attach_service(auth, client)  # token key, ACLs, the internal identity
         producer_ids.allocator = ProducerIdAllocator(client)
         broker_config = BrokerConfig(
             client, settings.broker_id, settings.static_configs, rm.set_topic_defaults

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from headwater import etcd as hetcd
+from headwater.rpc.auth.client import attach_service
+from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.controller import events
@@ -67,6 +69,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             aloop.add_signal_handler(sig, stop.set)
 
     etcd = await _connect_etcd(settings.etcd, security=settings.security)
+    auth = ServerAuth(settings.security)
+    await attach_service(auth, etcd)  # token key, ACLs, the internal identity
     controller = events.ControllerLoop(
         etcd,
         controller_id=settings.controller_id,
@@ -88,6 +92,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         service="controller",
         metrics_port=settings.metrics_port,
         security=settings.security,
+        auth=auth,
     )
     controller.port = server.port
     election = Election(

@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 
 from headwater import errors
+from headwater.rpc.auth.client import channel_interceptors
 from headwater.rpc.server import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc
 from services.controller.state import Broker
@@ -45,10 +46,15 @@ class BrokerLink:
     def __init__(self, broker: Broker, credentials: grpc.ChannelCredentials | None = None) -> None:
         self.broker = broker
         target = f"{broker.host}:{broker.port}"
+        bearer = channel_interceptors(target)  # the internal identity's token, if any
         if credentials is not None:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=channel_options())
+            self._channel = grpc.aio.secure_channel(
+                target, credentials, options=channel_options(), interceptors=bearer
+            )
         else:
-            self._channel = grpc.aio.insecure_channel(target, options=channel_options())
+            self._channel = grpc.aio.insecure_channel(
+                target, options=channel_options(), interceptors=bearer
+            )
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._queue: collections.deque[ControlRequest] = collections.deque()
         self._wakeup = asyncio.Event()

@@ -18,9 +18,9 @@ import grpc
 
 from headwater import errors
 from headwater import etcd as hetcd
-from headwater.v1 import controller_pb2, controller_pb2_grpc
+from headwater.v1 import controller_pb2, controller_pb2_grpc, security_pb2
 from headwater.v1.errors_pb2 import ErrorCode
-from services.controller import configs, operations, reassignment, topics
+from services.controller import configs, operations, reassignment, security, topics
 from services.controller import state as st
 from services.controller.election import LeaderInfo
 from services.controller.events import ControllerLoop
@@ -148,6 +148,42 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             controller_epoch=info.epoch if info else -1,
             brokers=brokers,
         )
+
+    # --- security (services/controller/security.py)
+
+    async def AlterUserScramCredentials(
+        self,
+        request: security_pb2.AlterUserScramCredentialsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> security_pb2.AlterUserScramCredentialsResponse:
+        self._require_active()
+        return await self._loop.submit(
+            lambda loop: security.alter_user_scram_credentials(loop, request)
+        )
+
+    async def DescribeUserScramCredentials(
+        self,
+        request: security_pb2.DescribeUserScramCredentialsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> security_pb2.DescribeUserScramCredentialsResponse:
+        return await security.describe_user_scram_credentials(self._loop.etcd, request)
+
+    async def CreateAcls(
+        self, request: security_pb2.CreateAclsRequest, context: grpc.aio.ServicerContext
+    ) -> security_pb2.CreateAclsResponse:
+        self._require_active()
+        return await self._loop.submit(lambda loop: security.create_acls(loop, request))
+
+    async def DeleteAcls(
+        self, request: security_pb2.DeleteAclsRequest, context: grpc.aio.ServicerContext
+    ) -> security_pb2.DeleteAclsResponse:
+        self._require_active()
+        return await self._loop.submit(lambda loop: security.delete_acls(loop, request))
+
+    async def DescribeAcls(
+        self, request: security_pb2.DescribeAclsRequest, context: grpc.aio.ServicerContext
+    ) -> security_pb2.DescribeAclsResponse:
+        return await security.describe_acls(self._loop.etcd, request)
 
 
 def register(servicer: ControllerService) -> Callable[[grpc.aio.Server], str]:

@@ -33,6 +33,8 @@ from headwater.client import AsyncAdminClient, AsyncProducer
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import Metadata
 from headwater.client.security import set_default_security
+from headwater.rpc.auth.client import attach_service
+from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.controller.app import _connect_etcd, write_ready_file
@@ -164,6 +166,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             aloop.add_signal_handler(sig, stop.set)
     etcd = await _connect_etcd(settings.etcd, security=settings.security)
+    auth = ServerAuth(settings.security)
+    await attach_service(auth, etcd)  # before any client below: their calls carry its token
     peer = settings.security.client_security()  # brokers and controller, as this service
     if peer is not None:  # every client of this process (partition runtimes' consumers too)
         set_default_security(peer)
@@ -199,6 +203,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         service="coordinator",
         metrics_port=settings.metrics_port,
         security=settings.security,
+        auth=auth,
     )
     metrics_url = (
         f"http://{settings.host}:{server.metrics_port}/metrics" if server.metrics_port > 0 else ""

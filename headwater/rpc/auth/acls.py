@@ -218,7 +218,7 @@ class Authorizer:
     ) -> None:
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
-        self._etcd = etcd
+        self.etcd = etcd
         self._acls: dict[Pattern, list[Entry]] = {}
         self.loaded = asyncio.Event()
 
@@ -266,10 +266,10 @@ class Authorizer:
 
     async def run(self) -> None:
         """Load every ACL and follow changes until cancelled (re-reading after a watch ends)."""
-        assert self._etcd is not None
+        assert self.etcd is not None
         while True:
             try:
-                snap = await self._etcd.get_prefix(ACL_PREFIX)
+                snap = await self.etcd.get_prefix(ACL_PREFIX)
                 loaded: dict[Pattern, list[Entry]] = {}
                 for kv in snap.items:
                     pattern = pattern_of_key(kv.key)
@@ -278,7 +278,7 @@ class Authorizer:
                             loaded[pattern] = decode_entries(kv.value)
                 self.replace(loaded)
                 self.loaded.set()
-                watch = await self._etcd.watch_prefix(ACL_PREFIX, start_revision=snap.revision + 1)
+                watch = await self.etcd.watch_prefix(ACL_PREFIX, start_revision=snap.revision + 1)
                 async with watch:
                     async for event in watch:
                         pattern = pattern_of_key(event.key)

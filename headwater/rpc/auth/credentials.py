@@ -10,6 +10,7 @@ import base64
 import json
 
 from headwater import etcd as hetcd
+from headwater.rpc.auth import scram
 from headwater.rpc.auth.scram import ScramCredential
 
 SCRAM_PREFIX = "/headwater/security/scram/"
@@ -59,3 +60,25 @@ async def lookup(etcd: hetcd.Etcd, user: str, mechanism: str) -> ScramCredential
         return decode(got[0]).get(mechanism)
     except (ValueError, KeyError, TypeError):
         return None
+
+
+async def bootstrap_user(
+    etcd: hetcd.Etcd,
+    user: str,
+    password: str,
+    mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+    iterations: int = scram.DEFAULT_ITERATIONS,
+) -> None:
+    """Write ``user``'s credentials straight into etcd (Kafka's ``kafka-storage --add-scram``):
+    how a first administrator exists before anyone may call AlterUserScramCredentials. Needs
+    etcd access (cluster-admin by definition); everything else goes through the controller."""
+    import secrets
+
+    creds = {}
+    for mech in mechanisms:
+        h = scram.hash_name_of(mech)
+        salt = secrets.token_bytes(32)
+        creds[mech] = scram.credential_from_salted(
+            scram.salted_password(password, salt, iterations, h), salt, iterations, h
+        )
+    await etcd.put(key_of(user), encode(creds))

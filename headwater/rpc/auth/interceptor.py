@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -37,25 +36,54 @@ from headwater.v1.errors_pb2 import ErrorCode
 log = logging.getLogger(__name__)
 
 AUTHORIZATION_METADATA_KEY = "authorization"
+#: How long a call waits for the security state (token key, ACLs) after the server started.
+READY_TIMEOUT_S = 30.0
 
 
-@dataclass
 class ServerAuth:
-    """Authentication key, optional authorizer and the token lifetime of this service."""
+    """A service's authentication key, optional authorizer and token lifetime.
 
-    token_key: bytes
-    authorizer: Authorizer | None = None
-    token_ttl_ms: int = tokens.DEFAULT_TOKEN_TTL_MS
-    #: etcd client (the Authenticator reads SCRAM credentials from it)
-    etcd: Any = None
-    _watch: asyncio.Task[None] | None = None
+    Created before the server starts (``start_server(auth=...)``) and completed by
+    :meth:`attach` once etcd is connected; calls arriving before that wait for it (bounded).
+    """
 
-    async def start(self, timeout: float = 30.0) -> None:
-        """Start following the ACLs (when authorizing) and wait for the first load."""
-        if self.authorizer is None or self._watch is not None:
+    def __init__(
+        self, security: Any = None, *, token_ttl_ms: int = tokens.DEFAULT_TOKEN_TTL_MS
+    ) -> None:
+        #: a :class:`headwater.rpc.security_flags.ServerSecurity` (None: no authorizer)
+        self.security = security
+        self.token_ttl_ms = token_ttl_ms
+        self.token_key = b""
+        self.etcd: Any = None  # the Authenticator reads SCRAM credentials from it
+        self.authorizer: Authorizer | None = None
+        if security is not None and security.authorizer:
+            self.authorizer = Authorizer(
+                super_users=security.super_users,
+                allow_everyone_if_no_acl_found=security.allow_everyone_if_no_acl_found,
+            )
+        self.ready = asyncio.Event()
+        self._watch: asyncio.Task[None] | None = None
+
+    async def attach(self, etcd: Any, timeout: float = 30.0) -> None:
+        """Load (or create) the cluster token key, start following the ACLs and wait for
+        their first load; then calls are served."""
+        self.etcd = etcd
+        self.token_key = await tokens.load_or_create_key(etcd)
+        if self.authorizer is not None and self._watch is None:
+            self.authorizer.etcd = etcd
+            self._watch = asyncio.create_task(self.authorizer.run(), name="acl-watch")
+            await asyncio.wait_for(self.authorizer.loaded.wait(), timeout)
+        self.ready.set()
+
+    async def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        if self.ready.is_set():
             return
-        self._watch = asyncio.create_task(self.authorizer.run(), name="acl-watch")
-        await asyncio.wait_for(self.authorizer.loaded.wait(), timeout)
+        try:
+            await asyncio.wait_for(self.ready.wait(), timeout)
+        except TimeoutError:
+            raise errors.RequestTimedOutError(
+                "security state not loaded yet (etcd unreachable?)"
+            ) from None
 
     async def stop(self) -> None:
         if self._watch is not None:
@@ -63,26 +91,6 @@ class ServerAuth:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
             self._watch = None
-
-
-async def server_auth(etcd: Any, security: Any, *, token_ttl_ms: int | None = None) -> ServerAuth:
-    """The :class:`ServerAuth` of a service: the cluster token key (created if absent) and,
-    with ``security.authorizer``, an authorizer over the ACLs in etcd (started by
-    ``start_server``). ``security`` is a :class:`headwater.rpc.security_flags.ServerSecurity`."""
-    key = await tokens.load_or_create_key(etcd)
-    authorizer = None
-    if security is not None and security.authorizer:
-        authorizer = Authorizer(
-            super_users=security.super_users,
-            allow_everyone_if_no_acl_found=security.allow_everyone_if_no_acl_found,
-            etcd=etcd,
-        )
-    return ServerAuth(
-        token_key=key,
-        authorizer=authorizer,
-        token_ttl_ms=token_ttl_ms or tokens.DEFAULT_TOKEN_TTL_MS,
-        etcd=etcd,
-    )
 
 
 async def fail(context: Any, exc: BaseException) -> None:
@@ -165,7 +173,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             inner_su = handler.stream_unary
 
             async def su(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-                self._admit(rule, None, context)
+                await self._admit(rule, None, context)
                 return await inner_su(requests, context)
 
             return grpc.stream_unary_rpc_method_handler(
@@ -175,9 +183,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             )
         return handler
 
-    def _admit(self, rule: rules.Rule, request: Any, context: Any) -> rules.Decide | None:
+    async def _admit(self, rule: rules.Rule, request: Any, context: Any) -> rules.Decide | None:
         """Authenticate, publish the user and check the whole-request needs. Returns the
         decision function (None when the authorizer is off or the method is open)."""
+        await self._auth.wait_ready()
         user = self.authenticate(context)
         principal.set_authenticated(user)
         if self._auth.authorizer is None or rule.open:
@@ -192,7 +201,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     def _unary(self, inner: Any, rule: rules.Rule) -> Any:
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            decide = self._admit(rule, request, context)
+            decide = await self._admit(rule, request, context)
             if decide is None:
                 return await inner(request, context)
             denied: list[Any] = []
@@ -212,7 +221,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     def _unary_stream(self, inner: Any, rule: rules.Rule) -> Any:
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            self._admit(rule, request, context)
+            await self._admit(rule, request, context)
             async for item in inner(request, context):
                 yield item
 
@@ -222,7 +231,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         async def stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             # the metrics interceptor leaves stream-stream calls alone: translate errors here
             try:
-                self._admit(rule, None, context)
+                await self._admit(rule, None, context)
                 async for item in inner(requests, context):
                     yield item
             except errors.HeadwaterError as exc:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import grpc
 
+from headwater.rpc.auth.client import channel_interceptors
 from services.broker.metadata_cache import MetadataCache
 
 #: Replication messages carry whole batches; allow large ones.
@@ -72,9 +73,16 @@ class Peers:
         ch = self._channels.get(address)
         if ch is None:
             if self.credentials is not None:
-                ch = grpc.aio.secure_channel(address, self.credentials, options=CHANNEL_OPTIONS)
+                ch = grpc.aio.secure_channel(
+                    address,
+                    self.credentials,
+                    options=CHANNEL_OPTIONS,
+                    interceptors=channel_interceptors(address),
+                )
             else:
-                ch = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+                ch = grpc.aio.insecure_channel(
+                    address, options=CHANNEL_OPTIONS, interceptors=channel_interceptors(address)
+                )
             self._channels[address] = ch
         return ch
 
