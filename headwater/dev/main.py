@@ -10,6 +10,16 @@ Prints, each on a line of its own and flushed::
     coordinators: 127.0.0.1:PORT,127.0.0.1:PORT
     logs: /abs/path/data/logs
 
+With ``--tls`` every endpoint (etcd included) is TLS with client certificates required (mTLS),
+signed by a CA kept in ``<data-dir>/tls``; the client's files are printed and written to
+``<data-dir>/tls/client.json`` (``{"ca_file", "cert_file", "key_file"}``: the keyword arguments of
+:class:`headwater.client.security.ClientSecurity`)::
+
+    tls-ca: /abs/path/data/tls/ca.pem
+    tls-cert: /abs/path/data/tls/client.pem
+    tls-key: /abs/path/data/tls/client.key
+    tls-client-config: /abs/path/data/tls/client.json
+
 Defaults: 3 brokers, 2 controllers and 2 group coordinators (``--brokers N --controllers M
 --coordinators C``; 0 coordinators disables consumer groups).
 
@@ -21,6 +31,7 @@ this one stopped.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -45,6 +56,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--log-dirs-per-broker", type=int, default=1)
     ap.add_argument("--racks", default="", help="comma-separated rack per broker (optional)")
     ap.add_argument("--startup-timeout", type=float, default=90.0, help="seconds")
+    ap.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS + client certificates (mTLS) on every endpoint; prints the client's files",
+    )
     a = ap.parse_args(argv)
     for name in ("brokers", "controllers", "log_dirs_per_broker"):
         if getattr(a, name) < 1:
@@ -64,6 +80,7 @@ def run_dev(
     racks: list[str] | None = None,
     startup_timeout: float = 90.0,
     stop: threading.Event | None = None,
+    tls: bool = False,
 ) -> int:
     """Start the cluster, print its addresses, wait for ``stop`` (or a signal), stop it."""
     stop = stop or threading.Event()
@@ -80,6 +97,7 @@ def run_dev(
         log_dirs_per_broker=log_dirs_per_broker,
         racks=racks,
         startup_timeout=startup_timeout,
+        tls=tls,
     )
     try:
         try:
@@ -94,6 +112,16 @@ def run_dev(
         if cluster.coordinators:
             print(f"coordinators: {','.join(cluster.coordinator_addresses)}", flush=True)
         print(f"logs: {cluster.logs_dir}", flush=True)
+        client = cluster.client_security()
+        if client is not None and cluster.ca is not None:
+            config = cluster.ca.directory / "client.json"
+            files = {"ca_file": client.ca_file, "cert_file": client.cert_file}
+            files["key_file"] = client.key_file
+            config.write_text(json.dumps(files, indent=2) + "\n")
+            print(f"tls-ca: {client.ca_file}", flush=True)
+            print(f"tls-cert: {client.cert_file}", flush=True)
+            print(f"tls-key: {client.key_file}", flush=True)
+            print(f"tls-client-config: {config}", flush=True)
         print("press Ctrl-C to stop", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             procs = [
@@ -129,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         log_dirs_per_broker=a.log_dirs_per_broker,
         racks=racks,
         startup_timeout=a.startup_timeout,
+        tls=a.tls,
     )
 
 
