@@ -102,6 +102,12 @@ def test_delayed_produce_and_end_txn_from_an_old_epoch_change_nothing(
     async def run() -> None:
         async with AsyncAdminClient(fcluster.bootstrap) as admin:
             await admin.create_topics([NewTopic(TOPIC, 1, 1)])
+
+            async def led() -> bool:
+                (desc,) = await admin.describe_topics([TOPIC])
+                return desc.partitions[0].leader > 0
+
+            await async_wait_for(led, timeout=60, what=f"a leader of {TOPIC}-0")
         async with grpc.aio.insecure_channel(fcluster.bootstrap) as bch:
             broker = broker_pb2_grpc.BrokerStub(bch)
             any_coord = fcluster.coordinator_addresses[0]
