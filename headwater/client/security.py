@@ -15,13 +15,18 @@ AsyncAdminClient (and the sync facades) and handed to their
   docs/security.md; used by the connection pool's call-credentials hook).
 
 :func:`set_default_security` sets the security of clients created without ``security=``
-(process-wide; None = plaintext, the default). Test harnesses use it to run whole suites over
-TLS; an application normally passes ``security=`` instead.
+(process-wide). Without one, the environment variable ``HEADWATER_SECURITY_CONFIG`` may name a
+JSON file of ClientSecurity keyword arguments (``headwater dev --tls`` writes one:
+``<data-dir>/tls/client.json``), which the CLI and any client then use; else plaintext. Test
+harnesses use these to run whole suites over TLS (subprocesses included); an application
+normally passes ``security=`` instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import os
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,8 @@ import grpc
 from headwater.errors import InvalidConfigError
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+#: Environment variable naming a JSON file of ClientSecurity keyword arguments (the default).
+SECURITY_CONFIG_ENV = "HEADWATER_SECURITY_CONFIG"
 
 
 def _read(path: str | None, what: str) -> bytes | None:
@@ -84,14 +91,37 @@ class ClientSecurity:
         return []
 
 
+def load_security(path: str | Path) -> ClientSecurity:
+    """A ClientSecurity from a JSON object of its keyword arguments (InvalidConfigError when
+    unreadable, not an object, or with unknown keys)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidConfigError(f"cannot read security config {path}: {exc}") from exc
+    known = {f.name for f in fields(ClientSecurity)}
+    if not isinstance(data, dict) or not set(data) <= known:
+        raise InvalidConfigError(f"security config {path}: a JSON object with keys in {known}")
+    return ClientSecurity(**data)
+
+
 _default: ClientSecurity | None = None
+_from_env: dict[str, ClientSecurity] = {}
 
 
 def set_default_security(security: ClientSecurity | None) -> None:
-    """Security of clients (connection pools) created without ``security=`` in this process."""
+    """Security of clients (connection pools) created without ``security=`` in this process
+    (None: back to ``$HEADWATER_SECURITY_CONFIG`` or plaintext)."""
     global _default
     _default = security
 
 
 def default_security() -> ClientSecurity | None:
-    return _default
+    """The set default, else the one ``$HEADWATER_SECURITY_CONFIG`` names, else None."""
+    if _default is not None:
+        return _default
+    path = os.environ.get(SECURITY_CONFIG_ENV, "")
+    if not path:
+        return None
+    if path not in _from_env:
+        _from_env[path] = load_security(path)
+    return _from_env[path]

@@ -115,6 +115,8 @@ def python_env() -> dict[str, str]:
     """Environment for Python children: unbuffered output, the repo on PYTHONPATH, and the
     malloc tunables from PERFORMANCE-NOTES (big-message gRPC services)."""
     env = dict(os.environ)
+    # a client-side default (headwater.client.security) must not leak into services
+    env.pop("HEADWATER_SECURITY_CONFIG", None)
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"

@@ -32,7 +32,7 @@ from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncProducer
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import Metadata
-from headwater.client.security import set_default_security
+from headwater.client.security import ClientSecurity, set_default_security
 from headwater.rpc.auth.client import attach_service
 from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
@@ -169,8 +169,9 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     auth = ServerAuth(settings.security)
     await attach_service(auth, etcd)  # before any client below: their calls carry its token
     peer = settings.security.client_security()  # brokers and controller, as this service
-    if peer is not None:  # every client of this process (partition runtimes' consumers too)
-        set_default_security(peer)
+    # every client of this process (partition runtimes' consumers too) as this service: TLS with
+    # its certificate, or plaintext; never a client-side $HEADWATER_SECURITY_CONFIG
+    set_default_security(peer if peer is not None else ClientSecurity())
     brokers = await broker_bootstrap(etcd)
     bootstrap = ",".join(brokers)
     admin = AsyncAdminClient(bootstrap, request_timeout_ms=5_000, security=peer)

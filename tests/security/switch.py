@@ -5,12 +5,15 @@ for the session, makes every :class:`headwater.dev.cluster.LocalCluster` that do
 otherwise a TLS cluster signed by it (``LocalCluster.default_tls`` / ``default_ca_dir``), and
 sets the process-default client security (CA + a ``CN=client`` certificate) so every client the
 tests create without ``security=`` (producers, consumers, admin clients, the launcher's health
-checks, :func:`headwater.dev.cluster.sync_channel`) speaks TLS to those clusters.
+checks, :func:`headwater.dev.cluster.sync_channel`) speaks TLS to those clusters; the same
+client files go to ``$HEADWATER_SECURITY_CONFIG`` so client subprocesses (CLI, child
+consumers) do too.
 :func:`unconfigure` removes the CA folder. Off by default: plaintext.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -27,7 +30,11 @@ def tls_on() -> bool:
 def configure() -> None:
     if not tls_on():
         return
-    from headwater.client.security import ClientSecurity, set_default_security
+    from headwater.client.security import (
+        SECURITY_CONFIG_ENV,
+        ClientSecurity,
+        set_default_security,
+    )
     from headwater.dev.cluster import LocalCluster
     from headwater.dev.tls import CertificateAuthority
 
@@ -36,10 +43,15 @@ def configure() -> None:
     client = CertificateAuthority(ca_dir).issued("client")
     LocalCluster.default_tls = True
     LocalCluster.default_ca_dir = ca_dir
-    set_default_security(ClientSecurity(str(client.ca), str(client.cert), str(client.key)))
+    files = {"ca_file": str(client.ca), "cert_file": str(client.cert), "key_file": str(client.key)}
+    config = ca_dir / "client.json"
+    config.write_text(json.dumps(files))
+    os.environ[SECURITY_CONFIG_ENV] = str(config)
+    set_default_security(ClientSecurity(**files))
 
 
 def unconfigure() -> None:
+    os.environ.pop("HEADWATER_SECURITY_CONFIG", None)
     ca_dir = _state.pop("ca_dir", None)
     if ca_dir is not None:
         shutil.rmtree(ca_dir, ignore_errors=True)
