@@ -171,3 +171,30 @@ def test_principal_of_maps_the_peer_certificate(tmp_path: Path) -> None:
         assert principal.principal_of(object()) == principal.ANONYMOUS  # no auth context
     finally:
         principal.set_mapper(PrincipalMapper.parse("DEFAULT"))
+
+
+def test_default_security_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from headwater.client import security as client_security
+    from headwater.client.connection import ConnectionPool
+
+    ca = CertificateAuthority(tmp_path)
+    issued = ca.issue("client")
+    config = tmp_path / "client.json"
+    config.write_text(
+        f'{{"ca_file": "{issued.ca}", "cert_file": "{issued.cert}", "key_file": "{issued.key}"}}'
+    )
+    monkeypatch.setattr(client_security, "_default", None)
+    monkeypatch.setenv(client_security.SECURITY_CONFIG_ENV, str(config))
+    got = client_security.default_security()
+    assert got == ClientSecurity(str(issued.ca), str(issued.cert), str(issued.key))
+    assert ConnectionPool().security == got
+    # an explicit plaintext security wins over the default
+    assert ConnectionPool(security=ClientSecurity()).security == ClientSecurity()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"ca_file": "x", "color": "blue"}')
+    with pytest.raises(InvalidConfigError):
+        client_security.load_security(bad)
+    with pytest.raises(InvalidConfigError):
+        client_security.load_security(tmp_path / "missing.json")
