@@ -33,6 +33,18 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
     ap.add_argument("--broker-id", type=int, required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
+    ap.add_argument(
+        "--advertised-host",
+        default=None,
+        help="host registered for clients and peers (default: --host), e.g. a pod's DNS name "
+        "when binding 0.0.0.0",
+    )
+    ap.add_argument(
+        "--advertised-port",
+        type=int,
+        default=None,
+        help="port registered for clients and peers (default: the bound port)",
+    )
     ap.add_argument("--data-dirs", required=True, help="comma-separated log directories")
     ap.add_argument("--etcd", required=True, help="etcd endpoint HOST:PORT")
     ap.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: pick)")
@@ -99,6 +111,10 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
     dirs = [Path(d) for d in a.data_dirs.split(",") if d.strip()]
     if not dirs:
         ap.error("--data-dirs needs at least one directory")
+    if a.host in ("0.0.0.0", "::") and not a.advertised_host:
+        ap.error(f"--host {a.host} is not an address clients can reach: set --advertised-host")
+    if a.advertised_port is not None and not 0 < a.advertised_port < 65536:
+        ap.error("--advertised-port must be in 1..65535")
     if a.broker_id < 0:
         ap.error("--broker-id must be >= 0")
     if a.session_timeout_s < 2:
@@ -140,6 +156,8 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         retention_check_interval_ms=a.log_retention_check_interval_ms,
         static_configs=static_configs,
         security=security,
+        advertised_host=a.advertised_host,
+        advertised_port=a.advertised_port,
     )
 
 

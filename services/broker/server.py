@@ -111,6 +111,11 @@ class BrokerSettings:
     static_configs: dict[str, str] = field(default_factory=dict)
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
+    #: Address registered for clients and peers when it differs from the bind address, e.g.
+    #: a Kubernetes pod's stable DNS name (``--advertised-host``/``--advertised-port``);
+    #: None: ``host`` and the bound port.
+    advertised_host: str | None = None
+    advertised_port: int | None = None
 
     def registered_configs(self) -> dict[str, str]:
         """The start-up configs reported by DescribeConfigs (source static)."""
@@ -246,10 +251,12 @@ async def serve(settings: BrokerSettings) -> int:
         registration = Registration(
             client,
             settings.broker_id,
-            host=settings.host,
-            port=running.port,
+            host=settings.advertised_host or settings.host,
+            port=settings.advertised_port or running.port,
             rack=settings.rack,
-            metrics_url=f"http://{settings.host}:{running.metrics_port}/metrics",
+            metrics_url=(
+                f"http://{settings.advertised_host or settings.host}:{running.metrics_port}/metrics"
+            ),
             on_epoch=set_epoch,
             ttl=settings.session_timeout_s,
             static_configs=settings.registered_configs(),
