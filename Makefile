@@ -38,7 +38,7 @@ proto: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy headwater services
+	$(BIN)/mypy headwater services operator/headwater_operator
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
