@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from headwater.cli import (
+    acls_cmd,
     bench,
     cluster_cmd,
     common,
@@ -22,8 +23,10 @@ from headwater.cli import (
     metadata_cmd,
     partitions_cmd,
     produce,
+    security_opts,
     topics,
     transactions_cmd,
+    users_cmd,
 )
 from headwater.errors import HeadwaterError
 
@@ -43,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="controller HOST:PORT for admin commands (default: found through a broker)",
     )
     parser.add_argument("--output", choices=["text", "json"], default="text")
+    security_opts.add_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (
         topics,
@@ -55,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         groups_cmd,
         configs_cmd,
         transactions_cmd,
+        users_cmd,
+        acls_cmd,
     ):
         module.register(sub)
     sub.add_parser("dev", help="run a local cluster (see `headwater dev --help`)", add_help=False)
@@ -77,7 +83,7 @@ def _hoist_globals(argv: list[str]) -> list[str]:
     while i < len(argv):
         a = argv[i]
         name = a.split("=", 1)[0]
-        if name in ("--bootstrap", "--controller", "--output"):
+        if name in ("--bootstrap", "--controller", "--output", *security_opts.VALUE_OPTIONS):
             if "=" in a:
                 front.append(a)
             elif i + 1 < len(argv):
@@ -98,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(_hoist_globals(args_list))
     try:
+        security_opts.apply(args)
         return int(asyncio.run(args.run(args)) or 0)
     except HeadwaterError as exc:
         sys.stderr.write(f"error: {exc.code_name()}: {exc.message}\n")

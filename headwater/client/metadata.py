@@ -199,11 +199,30 @@ class Metadata:
             info = view.topics.get(topic)
             if info is not None:
                 return info
+            await self._raise_if_denied(topic)
             if self._clock() >= deadline:
                 raise errors.UnknownTopicOrPartitionError(
                     f"topic {topic!r} not found in metadata after {timeout_s:.1f}s"
                 )
             await asyncio.sleep(min(self._backoff, max(0.0, deadline - self._clock())))
+
+    async def _raise_if_denied(self, topic: str) -> None:
+        """Ask for ``topic`` by name: an all-topics answer silently leaves out the topics the
+        caller may not DESCRIBE (authorizer on), a named one says TOPIC_AUTHORIZATION_FAILED,
+        raised here as TopicAuthorizationFailedError. Other answers (and failures) are left to
+        the caller's retry loop."""
+        for address in self._candidates()[:1]:
+            try:
+                resp = await self._pool.broker(address).Metadata(
+                    metadata_pb2.MetadataRequest(topics=[topic]), timeout=self._timeout
+                )
+            except grpc.RpcError:
+                return
+            for t in resp.topics:
+                if t.name == topic and t.error_code == errors.TopicAuthorizationFailedError.code:
+                    raise errors.TopicAuthorizationFailedError(
+                        f"not authorized to describe topic {topic!r}"
+                    )
 
     async def close(self) -> None:
         for task in (self._background, self._inflight):
