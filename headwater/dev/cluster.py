@@ -31,7 +31,8 @@ traffic is all TLS. ``security_args`` are appended to every service's flags (e.g
 
 ``LocalCluster.default_tls`` / ``default_ca_dir`` (class attributes) are the values used when
 ``tls`` / ``ca_dir`` are not given: the test suite's TLS switch (HEADWATER_TEST_TLS=1) sets
-them.
+them; ``default_authorizer`` / ``default_super_users`` / ``default_admin_password`` likewise
+for ``authorizer`` (HEADWATER_TEST_SECURITY=1).
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ class LocalCluster:
         tls_client_auth: str = "required",
         ca_dir: Path | str | None = None,
         security_args: Sequence[str] = (),
-        authorizer: bool = False,
+        authorizer: bool | None = None,
         super_users: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
@@ -265,10 +266,11 @@ class LocalCluster:
         #: mint with the cluster key via $HEADWATER_SERVICE_USER —, ``User:admin`` and
         #: ``super_users``); ``admin`` gets SCRAM credentials written to etcd at start
         #: (:meth:`admin_security`).
-        self.authorizer = authorizer
-        self.admin_password = secrets.token_hex(12)
-        if authorizer:
-            supers = [f"User:{SERVICE_USER}", "User:admin", *super_users]
+        self.authorizer = self.default_authorizer if authorizer is None else authorizer
+        self.admin_password = self.default_admin_password or secrets.token_hex(12)
+        if self.authorizer:
+            supers = [f"User:{SERVICE_USER}", "User:admin", *self.default_super_users]
+            supers += super_users
             self._security_args += ["--authorizer", "--super-users", ";".join(supers)]
         self.ca: CertificateAuthority | None = None
         etcd_tls: Issued | None = None
@@ -299,6 +301,11 @@ class LocalCluster:
     default_tls: bool = False
     #: ``ca_dir`` when not given and TLS is on (None: ``<data_dir>/tls``).
     default_ca_dir: Path | None = None
+    #: ``authorizer`` when not given, extra super users of every authorizing cluster and the
+    #: admin's password (None: random per cluster); the HEADWATER_TEST_SECURITY switch sets them.
+    default_authorizer: bool = False
+    default_super_users: tuple[str, ...] = ()
+    default_admin_password: str | None = None
 
     # ---- security
 

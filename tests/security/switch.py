@@ -8,6 +8,13 @@ tests create without ``security=`` (producers, consumers, admin clients, the lau
 checks, :func:`headwater.dev.cluster.sync_channel`) speaks TLS to those clusters; the same
 client files go to ``$HEADWATER_SECURITY_CONFIG`` so client subprocesses (CLI, child
 consumers) do too.
+
+``HEADWATER_TEST_SECURITY=1`` is TLS as above **plus** authentication and the authorizer:
+every LocalCluster that does not say otherwise runs with ``--authorizer`` and one admin
+password for the session, and the default client security also logs in with SCRAM as that
+``admin`` (a super user; bearer token over mTLS), so the tests' clients are authenticated
+super users. Raw channels that carry no token (:func:`headwater.dev.cluster.sync_channel`)
+are the mTLS principal of the client certificate, which is made a super user too.
 :func:`unconfigure` removes the CA folder. Off by default: plaintext.
 """
 
@@ -15,16 +22,23 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
 
 ENV = "HEADWATER_TEST_TLS"
+SECURITY_ENV = "HEADWATER_TEST_SECURITY"
 _state: dict[str, Path] = {}
 
 
+def security_on() -> bool:
+    """TLS + SCRAM logins + authorizer (implies :func:`tls_on`)."""
+    return os.environ.get(SECURITY_ENV, "") == "1"
+
+
 def tls_on() -> bool:
-    return os.environ.get(ENV, "") == "1"
+    return os.environ.get(ENV, "") == "1" or security_on()
 
 
 def configure() -> None:
@@ -44,6 +58,14 @@ def configure() -> None:
     LocalCluster.default_tls = True
     LocalCluster.default_ca_dir = ca_dir
     files = {"ca_file": str(client.ca), "cert_file": str(client.cert), "key_file": str(client.key)}
+    if security_on():
+        from headwater.rpc.principal import subject_dn
+
+        password = secrets.token_hex(12)
+        LocalCluster.default_authorizer = True
+        LocalCluster.default_admin_password = password
+        LocalCluster.default_super_users = (f"User:{subject_dn(client.cert.read_bytes())}",)
+        files |= {"username": "admin", "password": password}
     config = ca_dir / "client.json"
     config.write_text(json.dumps(files))
     os.environ[SECURITY_CONFIG_ENV] = str(config)
