@@ -3,6 +3,8 @@
 #   make dev     install if needed, then start a local cluster (etcd, 2 controllers, 3 brokers,
 #                2 coordinators)
 #   make test    install if needed, then run every test
+#   make test-secure  the replication and group suites with TLS, SCRAM and the authorizer on
+#                (HEADWATER_TEST_SECURITY=1, docs/security.md)
 #   make lint    ruff check, ruff format --check, mypy
 #   make proto   regenerate headwater/v1/ from proto/
 #   make fuzz    a longer fuzzing campaign of the batch decoder (not part of CI)
@@ -22,7 +24,7 @@ SYSTEM_PATH := $(PATH)
 # every recipe sees the venv's tools first (python, pip, ruff, mypy, pytest, etcd, headwater)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install proto lint test dev ci fuzz clean
+.PHONY: install proto lint test test-secure dev ci fuzz clean
 
 install: $(STAMP)
 
@@ -43,6 +45,9 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+test-secure: $(STAMP)
+	HEADWATER_TEST_SECURITY=1 $(BIN)/python -m pytest tests/replication tests/groups_client/test_groups_integration.py
+
 dev: $(STAMP)
 	$(BIN)/headwater dev --data-dir $(DATA_DIR)
 
@@ -52,6 +57,7 @@ fuzz: $(STAMP)
 ci: install
 	$(MAKE) lint
 	$(MAKE) test
+	$(MAKE) test-secure
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

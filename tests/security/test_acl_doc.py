@@ -1,0 +1,42 @@
+"""docs/security.md's table of what every RPC needs matches the one RPC table
+(headwater/rpc/auth/rules.py, rendered by scripts/gen_acl_doc.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from headwater.rpc.auth.rules import RULES
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "security.md"
+
+
+def _generator() -> ModuleType:
+    path = ROOT / "scripts" / "gen_acl_doc.py"
+    spec = importlib.util.spec_from_file_location("gen_acl_doc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+
+
+def test_acl_operations_table_is_current() -> None:
+    generated = GEN.table()
+    assert GEN.extract(DOC.read_text()) == generated, (
+        "docs/security.md is stale: run python scripts/gen_acl_doc.py --write"
+    )
+    rows = [line for line in generated.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(RULES)
+    by_rpc = {r.split("|")[1].strip(" `"): r for r in rows}
+    # request-dependent checks are all found by the sample requests
+    assert "CLUSTER_ACTION CLUSTER; READ TOPIC" in by_rpc["Broker/Fetch"]
+    assert "WRITE TRANSACTIONAL_ID; IDEMPOTENT_WRITE CLUSTER" in by_rpc["Broker/InitProducerId"]
+    configs = by_rpc["Controller/DescribeConfigs"]
+    assert "DESCRIBE_CONFIGS TOPIC; DESCRIBE_CONFIGS CLUSTER" in configs
+    assert "CREATE TOPIC or CREATE CLUSTER" in by_rpc["Controller/CreateTopics"]
+    assert "| WRITE TOPIC |" in by_rpc["Broker/Produce"]
