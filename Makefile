@@ -8,6 +8,8 @@
 #   make lint    ruff check, ruff format --check, mypy
 #   make proto   regenerate headwater/v1/ from proto/
 #   make fuzz    a longer fuzzing campaign of the batch decoder (not part of CI)
+#   make fuzz-long  a longer fuzzing campaign of every RPC handler on a dedicated local cluster
+#                (FUZZ_SECONDS, default 1800; not part of CI)
 #
 # `install` creates .venv with $(PYTHON) and installs the project editable with its dev extras;
 # it re-runs only when pyproject.toml changes (the stamp file records the last install).
@@ -18,6 +20,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA_DIR ?= ./data
 FUZZ_EXAMPLES ?= 20000
+FUZZ_SECONDS ?= 1800
 
 # the interpreter that creates the venv is looked up on the caller's PATH, not the venv's
 SYSTEM_PATH := $(PATH)
@@ -53,6 +56,9 @@ dev: $(STAMP)
 
 fuzz: $(STAMP)
 	HEADWATER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/batch/test_batch_fuzz.py
+
+fuzz-long: $(STAMP)
+	$(BIN)/python -m tests.fuzz.run --seconds $(FUZZ_SECONDS)
 
 ci: install
 	$(MAKE) lint

@@ -1,0 +1,1 @@
+"""Fuzzing of every RPC handler (see docs/security.md, "Hostile input")."""

@@ -1,0 +1,183 @@
+"""A bounded fuzzing campaign over every RPC of a running cluster.
+
+:func:`start_cluster` starts the *dedicated* fuzz cluster (etcd, 1 controller, 1 broker,
+1 coordinator) and seeds names for the generator to hit: a topic with records, a consumer
+group, a transactional id. The campaign sends destructive control RPCs too (LeaderAndIsr,
+StopReplica, DeleteTopics, ControlledShutdown, ...), which can leave that cluster's data in
+any state — that is why it is its own cluster, and why those RPCs run last
+(:data:`tests.fuzz.rpcs.DESTRUCTIVE`). What is asserted is only robustness: acceptable
+answers, no hang, every process alive and SERVING after each RPC's budget, and no traceback
+in any process log.
+
+:func:`run_campaign` gives each RPC an equal share of ``seconds`` (and at most
+``max_examples`` examples); hypothesis generates the requests (generation phase only: a bad
+answer is recorded with its request instead of being shrunk, so the budget holds).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from headwater.batch import encode_batch
+from headwater.dev.cluster import LocalCluster
+from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
+from tests.fuzz import protogen, rpcs
+
+TOPIC = "fuzz-a"
+NAMES = (
+    TOPIC, "__consumer_offsets", "__transaction_state", "fuzz-g", "fuzz-t", "", ".", "..",
+    "a" * 250, "no-such", "fuzz-new", "User:ANONYMOUS", "SCRAM-SHA-256", "range",
+)  # fmt: skip
+_ROUND = 10  # examples per hypothesis run
+#: Lines in a process log that mean a handler raised something unexpected.
+LOG_ALARMS = ("Traceback (most recent call last)", "unexpected error in handler")
+
+
+def start_cluster(data_dir: Path) -> LocalCluster:
+    """Start and seed the dedicated fuzz cluster (the caller stops it)."""
+    cluster = LocalCluster(
+        data_dir, brokers=1, controllers=1, coordinators=1, etcd_unsafe_no_fsync=True
+    ).start()
+    try:
+        with grpc.insecure_channel(cluster.controller_addresses[0]) as ch:
+            resp = controller_pb2_grpc.ControllerStub(ch).CreateTopics(
+                controller_pb2.CreateTopicsRequest(
+                    topics=[controller_pb2.NewTopic(name=TOPIC, partitions=2, replication_factor=1)]
+                ),
+                timeout=30,
+            )
+        assert resp.topics[0].error_code == 0, resp
+        with grpc.insecure_channel(cluster.bootstrap) as ch:
+            stub = broker_pb2_grpc.BrokerStub(ch)
+            deadline = time.monotonic() + 30
+            while True:
+                r = stub.Produce(
+                    broker_pb2.ProduceRequest(
+                        acks=broker_pb2.ACKS_ALL,
+                        timeout_ms=5000,
+                        partitions=[
+                            broker_pb2.PartitionRecords(
+                                topic=TOPIC, partition=0, records=encode_batch([b"a", b"b"])
+                            )
+                        ],
+                    ),
+                    timeout=30,
+                )
+                if r.partitions[0].error_code == 0:
+                    break
+                assert time.monotonic() < deadline, r  # leadership not yet known to the broker
+                time.sleep(0.1)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def addresses(cluster: LocalCluster) -> dict[str, list[str]]:
+    return {
+        "broker": [p.address for p in cluster.brokers.values()],
+        "controller": list(cluster.controller_addresses),
+        "coordinator": list(cluster.coordinator_addresses),
+    }
+
+
+def log_alarms(cluster: LocalCluster) -> list[str]:
+    """Alarming lines (with their file) in every service log of the cluster."""
+    found = []
+    for path in sorted(cluster.logs_dir.glob("*.log")):
+        if path.name == "etcd.log":
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if any(a in line for a in LOG_ALARMS):
+                found.append(f"{path.name}: {line.strip()}")
+    return found
+
+
+def _fuzz_one(
+    rpc: rpcs.Rpc,
+    targets: list[str],
+    channels: dict[str, grpc.Channel],
+    seconds: float,
+    max_examples: int,
+    tally: rpcs.Tally,
+) -> None:
+    strategy: st.SearchStrategy[Any] = protogen.messages(rpc.method.input_type, NAMES)
+    if rpc.method.client_streaming:
+        strategy = st.lists(strategy, min_size=1, max_size=3)
+    stop_at = time.monotonic() + seconds
+    done = [0]
+
+    @settings(
+        max_examples=_ROUND,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(strategy, st.sampled_from(targets))
+    def one(request: Any, address: str) -> None:
+        if time.monotonic() > stop_at or done[0] >= max_examples:
+            return
+        done[0] += 1
+        try:
+            outcome = rpcs.run_queue_with_timeout(
+                lambda: rpcs.call(channels[address], rpc, request), rpcs.CALL_DEADLINE + 10
+            )
+        except TimeoutError as exc:
+            outcome = rpcs.Outcome("bad", f"client-side hang: {exc}")
+        tally.record(rpc, address, request, outcome)
+
+    # hypothesis cannot be stopped on a clock: rounds of _ROUND examples (fresh random seed
+    # each, no example database) until the time share or the example cap is used up
+    while time.monotonic() < stop_at and done[0] < max_examples:
+        one()
+
+
+def run_campaign(
+    cluster: LocalCluster, seconds: float, *, max_examples: int = 1_000_000, verbose: bool = False
+) -> rpcs.Tally:
+    """Fuzz every RPC for ``seconds`` in total; the tally holds every bad answer found."""
+    tally = rpcs.Tally()
+    started = time.monotonic()
+    by_kind = addresses(cluster)
+    all_rpcs = rpcs.all_rpcs()
+    channels = {a: rpcs.open_channel(a) for addrs in by_kind.values() for a in addrs}
+    try:
+        for i, rpc in enumerate(all_rpcs):
+            targets = [a for k in rpc.kinds for a in by_kind[k]]
+            left = seconds - (time.monotonic() - started)
+            share = max(0.5, left / (len(all_rpcs) - i))
+            _fuzz_one(rpc, targets, channels, share, max_examples, tally)
+            if verbose:
+                print(f"{rpc.name}: {tally.calls[rpc.name]} calls", file=sys.stderr, flush=True)
+            for kind, addrs in by_kind.items():
+                for a in addrs:
+                    if not rpcs.healthy(a):
+                        tally.bad.append(f"{kind} {a} not SERVING after fuzzing {rpc.name}")
+    finally:
+        for ch in channels.values():
+            ch.close()
+    procs = [*cluster.brokers.values(), *cluster.controllers.values()]
+    procs += list(cluster.coordinators.values())
+    tally.bad += [f"{p.name} exited" for p in procs if not p.alive()]
+    tally.bad += log_alarms(cluster)
+    tally.seconds = time.monotonic() - started
+    return tally
+
+
+def report(tally: rpcs.Tally) -> str:
+    """A human summary: calls and outcomes per RPC, then every bad answer."""
+    lines = [f"{sum(tally.calls.values())} calls over {len(tally.calls)} RPCs "
+             f"in {tally.seconds:.1f}s; bad answers: {len(tally.bad)}"]  # fmt: skip
+    for name in sorted(tally.calls):
+        kinds = {k: n for (r, k), n in tally.outcomes.items() if r == name}
+        lines.append(f"  {name}: {tally.calls[name]} {dict(sorted(kinds.items()))}")
+    lines += ["BAD: " + b for b in tally.bad]
+    return "\n".join(lines)
