@@ -66,7 +66,8 @@ async def reconcile(
             else:
                 try:
                     applied = await cluster.reset_offsets(admin, group_id, reset, description)
-                except errors.NonEmptyGroupError as exc:  # a member joined meanwhile
+                except (errors.NonEmptyGroupError, errors.UnknownMemberIdError) as exc:
+                    # a member joined meanwhile (the coordinator refuses outside commits)
                     conditions = model.set_condition(
                         conditions, "OffsetReset", False, "GroupActive", str(exc)
                     )
