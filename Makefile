@@ -10,6 +10,10 @@
 #   make fuzz    a longer fuzzing campaign of the batch decoder (not part of CI)
 #   make fuzz-long  a longer fuzzing campaign of every RPC handler on a dedicated local cluster
 #                (FUZZ_SECONDS, default 1800; not part of CI)
+#   make k8s-tools   build kube-apiserver, kubectl, helm from Go modules into ~/.cache/headwater-k8s
+#                (once: ~15-25 min on 2 cores; then a no-op; `make test` does it when needed)
+#   make chart-check helm lint, helm template + strict schema validation, install/uninstall into
+#                a real kube-apiserver (tests/k8s/test_chart.py)
 #
 # `install` creates .venv with $(PYTHON) and installs the project editable with its dev extras;
 # it re-runs only when pyproject.toml changes (the stamp file records the last install).
@@ -59,6 +63,12 @@ fuzz: $(STAMP)
 
 fuzz-long: $(STAMP)
 	$(BIN)/python -m tests.fuzz.run --seconds $(FUZZ_SECONDS)
+
+k8s-tools:
+	nice -n 10 bash scripts/k8s/build-tools.sh
+
+chart-check: $(STAMP) k8s-tools
+	$(BIN)/python -m pytest tests/k8s/test_chart.py
 
 ci: install
 	$(MAKE) lint
