@@ -231,6 +231,8 @@ def _parse(key: ConfigKey, text: str) -> object:
             value: object = _parse_bool(text)
         elif key.kind is int:
             value = int(text.strip())
+            if not -_LONG_MAX - 1 <= value <= _LONG_MAX:  # Kafka's LONG: a 64-bit integer
+                raise ValueError("out of the 64-bit integer range")
         elif key.kind is float:
             value = float(text.strip())
             if value != value:  # NaN
