@@ -7,7 +7,9 @@ validation and writes nothing.
 
 Rules (Kafka's): names of 1..249 characters from ``[a-zA-Z0-9._-]``, not ``.`` or ``..``, and
 not colliding with an existing topic when ``.`` and ``_`` are considered equal;
-1 <= partitions <= :data:`MAX_PARTITIONS`; 1 <= replication factor <= live brokers; configs
+1 <= partitions <= :data:`MAX_PARTITIONS`; 1 <= replication factor <= live brokers; at most
+:data:`MAX_TOPICS_PER_REQUEST` topics and :data:`MAX_PARTITIONS_PER_REQUEST` partitions in one
+request; configs
 checked by :func:`headwater.config.validate_topic_configs`; a name given twice in one request
 is INVALID_REQUEST for both.
 
@@ -36,6 +38,11 @@ from services.controller.leadership import elect
 
 MAX_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
+#: Hostile-input limits of one CreateTopics request, checked before anything is written:
+#: more topics fail the whole request with INVALID_REQUEST, more partitions in total (over
+#: the topics whose own count is legal) with INVALID_PARTITIONS; nothing is created.
+MAX_TOPICS_PER_REQUEST = 1_000
+MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -101,6 +108,15 @@ async def create_topics(
 ) -> controller_pb2.CreateTopicsResponse:
     assert loop.state is not None and loop.epoch is not None
     state = loop.state
+    if len(request.topics) > MAX_TOPICS_PER_REQUEST:
+        raise errors.InvalidRequestError(
+            f"{len(request.topics)} topics in one request; at most {MAX_TOPICS_PER_REQUEST}"
+        )
+    total = sum(t.partitions for t in request.topics if 1 <= t.partitions <= MAX_PARTITIONS)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        raise errors.InvalidPartitionsError(
+            f"{total} partitions in one request; at most {MAX_PARTITIONS_PER_REQUEST}"
+        )
     counts = Counter(t.name for t in request.topics)
     results: list[controller_pb2.TopicResult] = []
     created: list[tuple[str, int]] = []
