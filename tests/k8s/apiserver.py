@@ -98,7 +98,7 @@ class KubeApiServer:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def _pki(self) -> tuple[Path, Path, Path, Path, Path, Path]:
+    def _pki(self) -> tuple[Path, Path, Path, Path, Path, Path, Path]:
         pki = self.base / "pki"
         ca = CertificateAuthority(pki, name="headwater-test kube CA")
         serving = ca.issue(
@@ -109,21 +109,27 @@ class KubeApiServer:
         admin = ca.issue(
             "admin", common_name="headwater-test-admin", organization="system:masters", hosts=()
         )
-        sa_key = pki / "sa.key"
+        # kube-apiserver reads SEC1 ("EC PRIVATE KEY") for signing and the public key to verify
+        sa_key, sa_pub = pki / "sa.key", pki / "sa.pub"
         key = ec.generate_private_key(ec.SECP256R1())
         sa_key.write_bytes(
             key.private_bytes(
                 serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
+                serialization.PrivateFormat.TraditionalOpenSSL,
                 serialization.NoEncryption(),
             )
         )
         sa_key.chmod(0o600)
-        return ca.cert_path, serving.cert, serving.key, admin.cert, admin.key, sa_key
+        sa_pub.write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        return ca.cert_path, serving.cert, serving.key, admin.cert, admin.key, sa_key, sa_pub
 
     def start(self, timeout: float = 90.0) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
-        ca, cert, key, admin_cert, admin_key, sa_key = self._pki()
+        ca, cert, key, admin_cert, admin_key, sa_key, sa_pub = self._pki()
         self.etcd.start()
         self.port = free_port()
         argv = [
@@ -137,7 +143,7 @@ class KubeApiServer:
             f"--client-ca-file={ca}",
             "--authorization-mode=RBAC",
             f"--service-account-issuer={self.url}",
-            f"--service-account-key-file={sa_key}",
+            f"--service-account-key-file={sa_pub}",
             f"--service-account-signing-key-file={sa_key}",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
