@@ -28,6 +28,12 @@ def build_registry(config: config_mod.OperatorConfig) -> kopf.OperatorRegistry:
         if admin is not None:
             await admin.close()
 
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        """In a pod: the service account; elsewhere: $KUBECONFIG or ~/.kube/config (kopf's
+        own minimal readers, no Kubernetes client library needed)."""
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
     topics.register(registry, config)
     groups.register(registry, config)
     return registry
