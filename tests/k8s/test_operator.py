@@ -350,11 +350,15 @@ def test_consumer_group_lag_and_offset_reset(
 
 
 def test_cluster_gone_never_blocks_deletion(
-    kenv: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    kenv: dict[str, str],
+    kube: Kube,
+    admin: AdminClient,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """An operator whose Headwater cluster is unreachable: Ready=False ClusterUnavailable
     (temporary, retried), and deletion still completes — after --delete-attempts, or at once
-    with the force-delete annotation."""
+    with the force-delete annotation. Meanwhile the operator of ``kube`` (connected to the
+    live cluster, watching only its own namespace) leaves this namespace alone."""
     k = _namespace(kenv, "hw-gone")
     log = tmp_path_factory.mktemp("operator-gone") / "operator.log"
     with running_operator(
@@ -387,3 +391,4 @@ def test_cluster_gone_never_blocks_deletion(
             wait(k, lambda n=name: k.get("topic", n) is None, f"{name} finalizer released")
         assert "DeleteAbandoned" in reasons(k, "orphan")
         assert "FinalizerForced" in reasons(k, "forced")
+    assert not {"orphan", "forced"} & set(admin.list_topics())
