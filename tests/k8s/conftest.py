@@ -13,6 +13,7 @@ PATH and KUBECONFIG set.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,15 +21,23 @@ import pytest
 
 from tests.k8s.apiserver import KubeApiServer, ensure_tools
 
+_build_error: list[BaseException] = []
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     if any(here in Path(str(item.path)).parents for item in items):
-        ensure_tools()
+        try:
+            ensure_tools()
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            # reported by every test of this folder (an error, not a skip); other tests run
+            _build_error.append(exc)
 
 
 @pytest.fixture(scope="session")
 def k8s_tools() -> Path:
+    if _build_error:
+        raise RuntimeError(f"the Kubernetes tools could not be built: {_build_error[0]}")
     return ensure_tools()
 
 
