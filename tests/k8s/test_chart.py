@@ -295,12 +295,17 @@ def test_helm_install_and_uninstall(k8s_tools: Path, kube_apiserver: Path) -> No
     ns = "hw-chart"
     env = tools_env(k8s_tools, kube_apiserver)
     helm = str(k8s_tools / "helm")
-    kubectl(k8s_tools, kube_apiserver, "create", "namespace", ns)
+
+    def kc(*args: str) -> str:
+        return str(kubectl(k8s_tools, kube_apiserver, *args).stdout)
+
+    kc("create", "namespace", ns)
     values = CHART / "ci" / "full-values.yaml"
     # everything of the "full" scenario but the ServiceMonitors (no prometheus-operator CRDs)
+    common = ["-n", ns, "-f", str(values), "--timeout", "60s"]
+    common += ["--set", "metrics.serviceMonitor.enabled=false"]
     started = time.monotonic()
-    install = [helm, "install", "hw", str(CHART), "-n", ns, "-f", str(values), "--timeout", "60s"]
-    run([*install, "--set", "metrics.serviceMonitor.enabled=false"], env)
+    run([helm, "install", "hw", str(CHART), *common], env)
     install_s = time.monotonic() - started
     manifest = run([helm, "get", "manifest", "hw", "-n", ns], env).stdout
     objects = [d for d in yaml.safe_load_all(manifest) if d]
@@ -317,56 +322,33 @@ def test_helm_install_and_uninstall(k8s_tools: Path, kube_apiserver: Path) -> No
 
     namespaced = [d for d in objects if not d["kind"].startswith("Cluster")]
     cluster = [d for d in objects if d["kind"].startswith("Cluster")]
-    got = kubectl(k8s_tools, kube_apiserver, "get", "-n", ns, "-o", "name", *refs(namespaced))
-    assert len(got.stdout.split()) == len(namespaced)
-    got = kubectl(k8s_tools, kube_apiserver, "get", "-o", "name", *refs(cluster))
-    assert len(got.stdout.split()) == len(cluster)
+    assert len(kc("get", "-n", ns, "-o", "name", *refs(namespaced)).split()) == len(namespaced)
+    assert len(kc("get", "-o", "name", *refs(cluster)).split()) == len(cluster)
     for crd in ("topics.headwater.dev", "consumergroups.headwater.dev"):
-        kubectl(
-            k8s_tools,
-            kube_apiserver,
-            "wait",
-            "--for=condition=Established",
-            "--timeout=30s",
-            f"crd/{crd}",
-        )
+        kc("wait", "--for=condition=Established", "--timeout=30s", f"crd/{crd}")
     # the API server stored what the chart asked for (defaults applied, nothing pruned)
-    sts = json.loads(
-        kubectl(
-            k8s_tools,
-            kube_apiserver,
-            "get",
-            "-n",
-            ns,
-            "statefulset/hw-headwater-broker",
-            "-o",
-            "json",
-        ).stdout
-    )
+    sts = json.loads(kc("get", "-n", ns, "statefulset/hw-headwater-broker", "-o", "json"))
     assert sts["spec"]["replicas"] == 4
     assert len(sts["spec"]["volumeClaimTemplates"]) == 2
+
+    # upgrade = scale: the StatefulSet follows the values, the release is at revision 2
+    run([helm, "upgrade", "hw", str(CHART), *common, "--set", "broker.replicas=5"], env)
+    sts = json.loads(kc("get", "-n", ns, "statefulset/hw-headwater-broker", "-o", "json"))
+    assert sts["spec"]["replicas"] == 5
+    status = json.loads(run([helm, "status", "hw", "-n", ns, "-o", "json"], env).stdout)
+    assert (status["version"], status["info"]["status"]) == (2, "deployed")
 
     run([helm, "uninstall", "hw", "-n", ns, "--timeout", "60s"], env)
     deadline = time.monotonic() + 60
     while True:
-        left = kubectl(
-            k8s_tools,
-            kube_apiserver,
-            "get",
-            "-n",
-            ns,
-            "-o",
-            "name",
-            "--ignore-not-found",
-            *refs(namespaced),
-            *refs(cluster),
-        ).stdout.split()
-        if not left or time.monotonic() > deadline:
+        left = kc("get", "-n", ns, "-o", "name", "--ignore-not-found", *refs(namespaced))
+        left += kc("get", "-o", "name", "--ignore-not-found", *refs(cluster))
+        if not left.split() or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert left == [], f"left after helm uninstall: {left}"
+    assert left.split() == [], f"left after helm uninstall: {left}"
     # Helm keeps CRDs from crds/ (deleting them would delete every Topic in the cluster)
-    kubectl(k8s_tools, kube_apiserver, "get", "crd/topics.headwater.dev")
+    kc("get", "crd/topics.headwater.dev")
     assert install_s < 60
 
 
