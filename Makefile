@@ -11,7 +11,7 @@
 #   make fuzz-long  a longer fuzzing campaign of every RPC handler on a dedicated local cluster
 #                (FUZZ_SECONDS, default 1800; not part of CI)
 #   make k8s-tools   build kube-apiserver, kubectl, helm from Go modules into ~/.cache/headwater-k8s
-#                (once: ~15-25 min on 2 cores; then a no-op; `make test` does it when needed)
+#                (once: ~15 min on 2 cores; then a no-op; `make test` does it when needed)
 #   make chart-check helm lint, helm template + strict schema validation, install/uninstall into
 #                a real kube-apiserver (tests/k8s/test_chart.py)
 #

@@ -7,7 +7,7 @@ objects, kopf watches custom resources and patches their status.
 
 The binaries (kube-apiserver, kubectl, helm) are built from the Go module proxy by
 ``scripts/k8s/build-tools.sh`` into ``~/.cache/headwater-k8s/<version>/bin`` (see
-:func:`ensure_tools`); a cold build takes about 15-25 minutes on 2 cores, later runs find them.
+:func:`ensure_tools`); a cold build takes about 15 minutes on 2 cores, later runs find them.
 
 Security: a CA made with :mod:`headwater.dev.tls` signs the server's certificate (SAN
 127.0.0.1) and an admin client certificate in the group ``system:masters`` (RBAC allows it
@@ -34,7 +34,7 @@ from headwater.dev.tls import CertificateAuthority
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "k8s" / "build-tools.sh"
 TOOLS = ("kube-apiserver", "kubectl", "helm")
-#: a cold build of all three tools on 2 cores (measured ~20 min; the bound leaves room)
+#: a cold build of all three tools on 2 cores (measured ~15 min; the bound leaves room)
 BUILD_TIMEOUT_S = 50 * 60
 
 

@@ -3,7 +3,7 @@
 ``k8s_tools``: the directory holding kube-apiserver, kubectl and helm, built when a session
 collects any test of this folder (in ``pytest_collection_modifyitems``, so outside every test's
 timeout) by ``scripts/k8s/build-tools.sh``, cached under ~/.cache/headwater-k8s: a cold build
-takes about 15-25 minutes on 2 cores, a warm check well under a second.
+takes about 15 minutes on 2 cores, a warm check well under a second.
 
 ``kube_apiserver``: etcd + kube-apiserver on 127.0.0.1 (ports picked at run time) for the
 whole session; yields the admin kubeconfig path (client certificate in ``system:masters``).
