@@ -19,7 +19,7 @@ RUN pip wheel --wheel-dir /wheels .
 FROM python:3.11-slim
 # glibc malloc tunables for the service processes: keep 1 MiB gRPC messages on the heap
 # instead of a fresh mmap per message (see docs/operations.md, "Memory allocator").
-ENV GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=536870912 \
+ENV GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=536870912:glibc.malloc.arena_max=2 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \

@@ -122,6 +122,7 @@ def python_env() -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault(
         "GLIBC_TUNABLES",
-        "glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=536870912",
+        "glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=536870912"
+        ":glibc.malloc.arena_max=2",
     )
     return env

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from headwater.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2, transaction_pb2
+from services.broker.fetch_memory import FetchMemory
 from services.broker.handlers import (
     control,
     fetch,
@@ -39,8 +40,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         rm: ReplicaManager,
         producer_ids: init_producer_id.ProducerIds,
         quotas: QuotaManager | None = None,
+        fetch_memory: FetchMemory | None = None,
     ) -> None:
         self._rm = rm
+        #: bytes consumer fetch streams may hold (per connection and per broker)
+        self._fetch_memory = fetch_memory if fetch_memory is not None else FetchMemory()
         self._producer_ids = producer_ids
         self._round_robin = produce_records.RoundRobin()
         self._quotas = quotas if quotas is not None else QuotaManager(rm.broker_id)
@@ -63,7 +67,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[broker_pb2.FetchResponse]:
         who = enforce.identity(context, request.client_id)
-        responses = fetch.handle(self._rm, request)
+        responses = fetch.handle(self._rm, request, self._fetch_memory, context.peer() or "")
         async for resp in enforce.stream(
             self._quotas, who, responses, lambda r: len(r.records), _set_fetch_throttle
         ):

@@ -27,7 +27,9 @@ Errors are answered in-band: one response carrying the error code (``OFFSET_OUT_
 when the position is below the log start or above the log end, or any lookup error above),
 after which the stream ends normally. The stream also ends when the client cancels it (the
 handler task is cancelled at its current await). gRPC flow control bounds what is buffered for
-a slow reader: ``yield`` waits until the message is written.
+a slow reader: ``yield`` waits until the message is written; the bytes a stream holds meanwhile
+come from the broker's :class:`~services.broker.fetch_memory.FetchMemory` (bounded per
+connection and per broker), so stalled or very many streams wait instead of growing the heap.
 
 Defaults for unset fields: ``max_wait_ms`` 0 -> 500, ``min_bytes`` 0 -> 1. An isolation level
 outside the enum is ``INVALID_REQUEST``.
@@ -39,6 +41,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from headwater.errors import (
     FencedLeaderEpochError,
@@ -53,6 +56,7 @@ from headwater.errors import (
 from headwater.v1 import broker_pb2
 from services.broker import metrics
 from services.broker.codes import error_code
+from services.broker.fetch_memory import FetchMemory
 from services.broker.partition import Partition
 from services.broker.replica_manager import ReplicaManager
 
@@ -102,8 +106,54 @@ def _check_position(p: Partition, position: int) -> None:
         )
 
 
-async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncIterator[Chunk]:
-    """The stream's answers, ending after the first error chunk."""
+class _Account:
+    """What one stream holds of the broker's :class:`FetchMemory` (nothing without one)."""
+
+    def __init__(self, memory: FetchMemory | None, peer: str) -> None:
+        self.memory, self.peer, self.held = memory, peer, 0
+
+    async def read(self, p: Partition, position: int, wanted: int, bound: int) -> Any:
+        if self.memory is None:
+            return await p.read(position, wanted, bound)
+        grant = await self.memory.acquire(self.peer, wanted)
+        used = 0
+        try:
+            part = await p.read(position, grant, bound)
+            used = len(part.data) if part.data else 0
+            return part
+        finally:
+            self.memory.settle(self.peer, grant, used)
+            self.held += used
+
+    def release(self, nbytes: int | None = None) -> None:
+        """Give back ``nbytes`` (default: everything held)."""
+        n = self.held if nbytes is None else nbytes
+        if self.memory is not None:
+            self.memory.release(self.peer, n)
+        self.held -= n
+
+
+async def chunks(
+    rm: ReplicaManager,
+    req: broker_pb2.FetchRequest,
+    memory: FetchMemory | None = None,
+    peer: str = "",
+) -> AsyncIterator[Chunk]:
+    """The stream's answers, ending after the first error chunk. With ``memory``, the bytes
+    of each read are taken from it first and given back once the consumer of this generator
+    asks for the next chunk (the response was written) or the stream ends."""
+    account = _Account(memory, peer)
+    try:
+        async for chunk in _chunks(rm, req, account):
+            yield chunk
+            account.release()
+    finally:
+        account.release()
+
+
+async def _chunks(
+    rm: ReplicaManager, req: broker_pb2.FetchRequest, account: _Account
+) -> AsyncIterator[Chunk]:
     loop = asyncio.get_running_loop()
     position = req.offset
     max_wait = (req.max_wait_ms if req.max_wait_ms > 0 else DEFAULT_MAX_WAIT_MS) / 1000.0
@@ -126,7 +176,7 @@ async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncItera
                 _check_position(p, position)
                 bound = p.last_stable_offset if committed_only else p.high_watermark
                 if position < bound and size < max_bytes:
-                    part = await p.read(position, max_bytes - size, bound)
+                    part = await account.read(p, position, max_bytes - size, bound)
                     if part.data and part.next_offset > position:
                         pieces.append(part.data)
                         size += len(part.data)
@@ -134,6 +184,7 @@ async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncItera
                         if size >= min_bytes:
                             break
                         continue
+                    account.release(len(part.data) if part.data else 0)
                 if size >= max_bytes:
                     break
                 remaining = deadline - loop.time()
@@ -176,9 +227,12 @@ async def chunks(rm: ReplicaManager, req: broker_pb2.FetchRequest) -> AsyncItera
 
 
 async def handle(
-    rm: ReplicaManager, req: broker_pb2.FetchRequest
+    rm: ReplicaManager,
+    req: broker_pb2.FetchRequest,
+    memory: FetchMemory | None = None,
+    peer: str = "",
 ) -> AsyncIterator[broker_pb2.FetchResponse]:
-    async for c in chunks(rm, req):
+    async for c in chunks(rm, req, memory, peer):
         if c.error is not None:
             yield broker_pb2.FetchResponse(
                 error_code=error_code(c.error),
