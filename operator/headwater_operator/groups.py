@@ -15,6 +15,7 @@ resets its offsets declaratively:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping
 from typing import Any
@@ -121,12 +122,14 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     res = (model.GROUP, model.VERSION, model.CONSUMER_GROUPS)
 
     async def on_change(**kw: Any) -> None:
-        await reconcile(**_pick(kw))
+        async with _lock(kw["memo"]):
+            await reconcile(**_pick(kw))
 
     async def on_timer(**kw: Any) -> None:
         # already in status; a permanent error would stop this timer for good
         with contextlib.suppress(kopf.PermanentError):
-            await reconcile(**_pick(kw))
+            async with _lock(kw["memo"]):
+                await reconcile(**_pick(kw))
 
     kopf.on.create(*res, id="reconcile", registry=registry)(on_change)
     kopf.on.update(*res, id="reconcile", registry=registry)(on_change)
@@ -138,6 +141,15 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         initial_delay=config.group_interval_s,
         registry=registry,
     )(on_timer)
+
+
+def _lock(memo: kopf.Memo) -> asyncio.Lock:
+    """One object's reconciles in turn (the status timer runs beside the change handlers; a
+    reset must not be applied twice). kopf's memo is per object."""
+    lock = memo.get("lock")
+    if lock is None:
+        lock = memo["lock"] = asyncio.Lock()
+    return lock
 
 
 def _pick(kw: Mapping[str, Any]) -> dict[str, Any]:

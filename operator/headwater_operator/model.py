@@ -7,7 +7,8 @@ Nothing here does I/O, so every decision the operator takes is unit-tested with 
 The operator is *unidirectional* (like Strimzi's): the resource's spec is the truth. A change
 made to the topic outside Kubernetes is reverted when it can be (configs: set keys come back
 to the spec, keys absent from the spec are removed) and reported as a conflict when it cannot
-(partitions cannot be removed; the replication factor is not changed by the operator).
+(partitions cannot be removed; the replication factor is not changed by the operator): Ready
+becomes False with the reason.
 """
 
 from __future__ import annotations
@@ -130,14 +131,14 @@ class TopicPlan:
         return "; ".join(parts) or "in sync"
 
 
-def plan_topic(
-    desired: TopicSpec, observed: ObservedTopic | None, *, drift: bool = False
-) -> TopicPlan:
+def plan_topic(desired: TopicSpec, observed: ObservedTopic | None) -> TopicPlan:
     """The actions that bring ``observed`` to ``desired``, and what is refused.
 
-    ``drift`` says the plan comes from the periodic check rather than from a spec change; it
-    only changes the reason of a partition-count refusal (a conflict made outside Kubernetes
-    vs. a decrease asked for in the spec).
+    The result depends only on (desired, observed), never on what triggered the check: the
+    change handlers and the drift timer of one object may race (kopf runs timers beside
+    them), so whichever writes last must write the same status. A topic with more partitions
+    than the spec is one refusal whether the spec was lowered or partitions were added
+    outside Kubernetes.
     """
     if observed is None:
         return TopicPlan(create=True)
@@ -146,23 +147,14 @@ def plan_topic(
     if desired.partitions > observed.partitions:
         partitions_to = desired.partitions
     elif desired.partitions < observed.partitions:
-        if drift:
-            refusals.append(
-                Refusal(
-                    "PartitionsConflict",
-                    f"the topic has {observed.partitions} partitions (changed outside "
-                    f"Kubernetes) but spec.partitions is {desired.partitions}; partitions "
-                    f"cannot be removed: set spec.partitions to {observed.partitions}",
-                )
+        refusals.append(
+            Refusal(
+                "PartitionDecreaseRefused",
+                f"spec.partitions is {desired.partitions} but the topic has "
+                f"{observed.partitions} partitions; partitions cannot be removed (if they were "
+                f"added outside Kubernetes, set spec.partitions to {observed.partitions})",
             )
-        else:
-            refusals.append(
-                Refusal(
-                    "PartitionDecreaseRefused",
-                    f"spec.partitions {desired.partitions} is lower than the topic's "
-                    f"{observed.partitions} partitions; partitions cannot be removed",
-                )
-            )
+        )
     if desired.replication_factor != observed.replication_factor:
         refusals.append(
             Refusal(

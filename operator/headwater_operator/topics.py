@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping
 from typing import Any
@@ -67,15 +68,47 @@ async def reconcile(
         patch.status.update(_status(status, generation, (False, exc.reason, exc.message), None))
         raise kopf.PermanentError(exc.message) from exc
     admin = memo.admin
+    # the drift timer runs beside the change handlers: one object's reconciles in turn
+    lock = memo.get("lock")
+    if lock is None:
+        lock = memo["lock"] = asyncio.Lock()  # memo is per object (a copy of the global one)
+    async with lock:
+        await _reconcile_locked(
+            body=body,
+            status=status,
+            generation=generation,
+            desired=desired,
+            patch=patch,
+            admin=admin,
+            config=config,
+            retry=retry,
+            logger=logger,
+            drift=drift,
+        )
+
+
+async def _reconcile_locked(
+    *,
+    body: kopf.Body,
+    status: kopf.Status,
+    generation: int | None,
+    desired: model.TopicSpec,
+    patch: kopf.Patch,
+    admin: Any,
+    config: OperatorConfig,
+    retry: int,
+    logger: kopf.Logger,
+    drift: bool,
+) -> None:
     try:
         observed = await cluster.observe_topic(admin, desired.name)
-        plan = model.plan_topic(desired, observed, drift=drift)
+        plan = model.plan_topic(desired, observed)
         try:
             topic_id = await cluster.apply_topic_plan(admin, desired, plan)
         except errors.TopicAlreadyExistsError:
             # stale metadata said "absent": plan again from a fresh view
             observed = await cluster.observe_topic(admin, desired.name)
-            plan = model.plan_topic(desired, observed, drift=drift)
+            plan = model.plan_topic(desired, observed)
             topic_id = await cluster.apply_topic_plan(admin, desired, plan)
     except errors.HeadwaterError as exc:
         failure = failures.to_kopf(exc, config, retry)
