@@ -45,10 +45,6 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
     args = ap.parse_args(argv)
     if not args.bootstrap:
         ap.error("--bootstrap (or HEADWATER_BOOTSTRAP) is required")
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     return OperatorConfig(
         bootstrap=args.bootstrap,
         namespaces=tuple(args.namespace),
@@ -58,11 +54,16 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
         delete_attempts=args.delete_attempts,
         max_backoff_s=args.max_backoff,
         request_timeout_ms=args.request_timeout_ms,
+        verbose=args.verbose,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if config.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     namespaces = config.namespaces or (() if config.all_namespaces else ("default",))
     asyncio.run(
         kopf.operator(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import kopf
 
@@ -27,7 +27,8 @@ class OperatorConfig:
     max_backoff_s: float = 60.0
     #: Headwater request timeout
     request_timeout_ms: int = 10_000
-    extra: dict[str, str] = field(default_factory=dict)
+    #: DEBUG logging
+    verbose: bool = False
 
     def backoff(self, retry: int) -> float:
         """Delay before the next attempt after ``retry`` failed ones: 1, 2, 4 ... max."""

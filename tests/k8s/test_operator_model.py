@@ -194,3 +194,18 @@ def test_errors_are_temporary_or_permanent() -> None:
     assert failures.reason_of(errors.InvalidReplicationFactorError()) == (
         "InvalidReplicationFactor"
     )
+
+
+def test_command_line() -> None:
+    from headwater_operator.__main__ import parse_args
+
+    c = parse_args(["--bootstrap", "b:9092", "--namespace", "a", "--namespace", "b"])
+    assert (c.bootstrap, c.namespaces, c.all_namespaces) == ("b:9092", ("a", "b"), False)
+    c = parse_args(["--bootstrap", "b:9092", "--all-namespaces", "--drift-interval", "5"])
+    assert c.all_namespaces and c.namespaces == () and c.drift_interval_s == 5
+    for bad in (
+        ["--namespace", "a"],
+        ["--bootstrap", "b:1", "--namespace", "a", "--all-namespaces"],
+    ):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
