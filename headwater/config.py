@@ -375,6 +375,15 @@ QUOTA_KEYS: dict[str, ConfigKey] = {
             lambda v: 0 < v <= 10_000,
             "> 0 and <= 10000",
         ),
+        ConfigKey(
+            "controller_mutation_rate",
+            float,
+            None,
+            "Controller mutation quota (KIP-599): partitions created or deleted per second by"
+            " CreateTopics, CreatePartitions and DeleteTopics, enforced by the active controller.",
+            lambda v: 0 < v <= 1_000_000,
+            "> 0 and <= 1000000",
+        ),
     ]
 }
 

@@ -477,6 +477,16 @@ class SecurityDisabledError(HeadwaterError):
     grpc_status = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class ThrottlingQuotaExceededError(HeadwaterError):
+    """A topic mutation refused by the controller mutation rate (``controller_mutation_rate``,
+    docs/quotas.md): nothing was created or deleted. Not retriable by default, as in Kafka's
+    admin client: the response's ``throttle_time_ms`` says when the same request would be
+    admitted, and the caller decides whether to wait and send it again."""
+
+    code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 _BY_CODE: dict[int, type[HeadwaterError]] = {
     cls.code: cls
     for cls in list(globals().values())

@@ -322,10 +322,12 @@ class TopicResult(_message.Message):
     def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[str] = ..., error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class CreateTopicsResponse(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "throttle_time_ms")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicResult]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ...) -> None: ...
+    throttle_time_ms: int
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class DeleteTopicsRequest(_message.Message):
     __slots__ = ("names",)
@@ -334,10 +336,12 @@ class DeleteTopicsRequest(_message.Message):
     def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeleteTopicsResponse(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "throttle_time_ms")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicResult]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ...) -> None: ...
+    throttle_time_ms: int
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class CreatePartitionsRequest(_message.Message):
     __slots__ = ("topic", "total_count", "validate_only")
@@ -350,10 +354,12 @@ class CreatePartitionsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., total_count: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class CreatePartitionsResponse(_message.Message):
-    __slots__ = ("result",)
+    __slots__ = ("result", "throttle_time_ms")
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     result: TopicResult
-    def __init__(self, result: _Optional[_Union[TopicResult, _Mapping]] = ...) -> None: ...
+    throttle_time_ms: int
+    def __init__(self, result: _Optional[_Union[TopicResult, _Mapping]] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class AlterTopicConfigsRequest(_message.Message):
     __slots__ = ("topic", "set", "delete", "validate_only")

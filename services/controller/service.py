@@ -8,6 +8,8 @@ NOT_CONTROLLER status naming the active controller when known; the broker-origin
 RPCs (AlterPartition, ControlledShutdown) carry NOT_CONTROLLER in-band (``error_code``), like
 every control-RPC rejection. DescribeCluster and DescribeConfigs read etcd directly, so any
 controller answers them; AlterConfigs (:mod:`services.controller.configs`) runs on the loop.
+CreateTopics, DeleteTopics and CreatePartitions are subject to the caller's controller
+mutation rate (:mod:`services.controller.mutation_quota`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import grpc
 
 from headwater import errors
 from headwater import etcd as hetcd
+from headwater.rpc.principal import client_id_of, principal_of
 from headwater.v1 import controller_pb2, controller_pb2_grpc, security_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import configs, operations, reassignment, security, topics
 from services.controller import state as st
 from services.controller.election import LeaderInfo
 from services.controller.events import ControllerLoop
+from services.controller.mutation_quota import Gate, MutationQuotas
 from services.controller.requests import broker_info
 
 
@@ -31,6 +35,13 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def __init__(self, loop: ControllerLoop, leader: Callable[[], LeaderInfo | None]) -> None:
         self._loop = loop
         self._leader = leader  # the active controller as last seen by the election
+        self._quotas: MutationQuotas | None = None
+
+    async def _gate(self, context: grpc.aio.ServicerContext) -> Gate:
+        """The caller's controller mutation quota (:mod:`services.controller.mutation_quota`)."""
+        if self._quotas is None:
+            self._quotas = MutationQuotas(self._loop.etcd)
+        return await self._quotas.gate(principal_of(context), client_id_of(context))
 
     def _require_active(self) -> None:
         if self._loop.active:
@@ -49,19 +60,22 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self, request: controller_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext
     ) -> controller_pb2.CreateTopicsResponse:
         self._require_active()
-        return await self._loop.submit(lambda loop: topics.create_topics(loop, request))
+        gate = await self._gate(context)
+        return await self._loop.submit(lambda loop: topics.create_topics(loop, request, gate))
 
     async def DeleteTopics(
         self, request: controller_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext
     ) -> controller_pb2.DeleteTopicsResponse:
         self._require_active()
-        return await self._loop.submit(lambda loop: topics.delete_topics(loop, request))
+        gate = await self._gate(context)
+        return await self._loop.submit(lambda loop: topics.delete_topics(loop, request, gate))
 
     async def CreatePartitions(
         self, request: controller_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext
     ) -> controller_pb2.CreatePartitionsResponse:
         self._require_active()
-        return await self._loop.submit(lambda loop: topics.create_partitions(loop, request))
+        gate = await self._gate(context)
+        return await self._loop.submit(lambda loop: topics.create_partitions(loop, request, gate))
 
     async def AlterTopicConfigs(
         self, request: controller_pb2.AlterTopicConfigsRequest, context: grpc.aio.ServicerContext
@@ -126,7 +140,11 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self, request: controller_pb2.AlterConfigsRequest, context: grpc.aio.ServicerContext
     ) -> controller_pb2.AlterConfigsResponse:
         self._require_active()
-        return await self._loop.submit(lambda loop: configs.alter_configs(loop, request))
+        try:
+            return await self._loop.submit(lambda loop: configs.alter_configs(loop, request))
+        finally:
+            if self._quotas is not None:
+                self._quotas.invalidate()  # a quota entity may have changed
 
     async def DescribeCluster(
         self, request: controller_pb2.DescribeClusterRequest, context: grpc.aio.ServicerContext

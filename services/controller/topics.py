@@ -11,7 +11,10 @@ not colliding with an existing topic when ``.`` and ``_`` are considered equal;
 :data:`MAX_TOPICS_PER_REQUEST` topics and :data:`MAX_PARTITIONS_PER_REQUEST` partitions in one
 request; configs
 checked by :func:`headwater.config.validate_topic_configs`; a name given twice in one request
-is INVALID_REQUEST for both.
+is INVALID_REQUEST for both. Then the caller's controller mutation rate
+(:mod:`services.controller.mutation_quota`, a ``gate``): a valid topic it refuses gets
+THROTTLING_QUOTA_EXCEEDED and is not created (deleted, grown); the response's
+``throttle_time_ms`` says when the next mutation would be admitted.
 
 Writes: the topic key first (the commit point), fenced by the controller epoch and by the key's
 absence (create) or mod revision (update); then the partition states (``state``). Brokers are
@@ -35,6 +38,7 @@ from services.controller import placement
 from services.controller import state as st
 from services.controller.events import ControllerLoop
 from services.controller.leadership import elect
+from services.controller.mutation_quota import Gate
 
 MAX_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
@@ -72,6 +76,10 @@ def _result(
     )
 
 
+def _throttle(gate: Gate | None) -> int:
+    return 0 if gate is None else gate.throttle_ms()
+
+
 def _racks(loop: ControllerLoop) -> dict[int, str | None]:
     assert loop.state is not None
     return {b.broker_id: b.rack or None for b in loop.state.brokers.values()}
@@ -104,7 +112,7 @@ def _collision(name: str, existing: dict[str, st.Topic]) -> str | None:
 
 
 async def create_topics(
-    loop: ControllerLoop, request: controller_pb2.CreateTopicsRequest
+    loop: ControllerLoop, request: controller_pb2.CreateTopicsRequest, gate: Gate | None = None
 ) -> controller_pb2.CreateTopicsResponse:
     assert loop.state is not None and loop.epoch is not None
     state = loop.state
@@ -142,6 +150,8 @@ async def create_topics(
                 new.replication_factor,
                 start_index=random.randrange(len(state.brokers)),
             )
+            if gate is not None and not request.validate_only:
+                gate.admit(new.partitions)
         except errors.HeadwaterError as exc:
             results.append(_result(new.name, exc=exc))
             continue
@@ -165,7 +175,7 @@ async def create_topics(
     if created:
         loop.send_leader_and_isr(created)
         loop.send_update_metadata()
-    return controller_pb2.CreateTopicsResponse(topics=results)
+    return controller_pb2.CreateTopicsResponse(topics=results, throttle_time_ms=_throttle(gate))
 
 
 async def _init_partitions(loop: ControllerLoop, topic: st.Topic, parts: list[int]) -> None:
@@ -186,7 +196,7 @@ async def _init_partitions(loop: ControllerLoop, topic: st.Topic, parts: list[in
 
 
 async def delete_topics(
-    loop: ControllerLoop, request: controller_pb2.DeleteTopicsRequest
+    loop: ControllerLoop, request: controller_pb2.DeleteTopicsRequest, gate: Gate | None = None
 ) -> controller_pb2.DeleteTopicsResponse:
     assert loop.state is not None and loop.epoch is not None
     state = loop.state
@@ -200,6 +210,8 @@ async def delete_topics(
                 raise errors.InvalidRequestError(f"topic {name!r} is given more than once")
             if topic is None:
                 raise errors.UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if gate is not None:
+                gate.admit(len(topic.assignment))
         except errors.HeadwaterError as exc:
             results.append(_result(name, exc=exc))
             continue
@@ -220,11 +232,13 @@ async def delete_topics(
     if stopped:
         loop.send_update_metadata()
         loop.send_stop_replica(stopped, delete=True)
-    return controller_pb2.DeleteTopicsResponse(topics=results)
+    return controller_pb2.DeleteTopicsResponse(topics=results, throttle_time_ms=_throttle(gate))
 
 
 async def create_partitions(
-    loop: ControllerLoop, request: controller_pb2.CreatePartitionsRequest
+    loop: ControllerLoop,
+    request: controller_pb2.CreatePartitionsRequest,
+    gate: Gate | None = None,
 ) -> controller_pb2.CreatePartitionsResponse:
     assert loop.state is not None and loop.epoch is not None
     state = loop.state
@@ -248,9 +262,13 @@ async def create_partitions(
             start_index=placement.start_index_for(list(state.brokers), topic.assignment[0][0]),
             start_partition=current,
         )
+        if gate is not None and not request.validate_only:
+            gate.admit(len(added))
     except errors.HeadwaterError as exc:
         tid = topic.topic_id if topic is not None else ""
-        return controller_pb2.CreatePartitionsResponse(result=_result(request.topic, tid, exc))
+        return controller_pb2.CreatePartitionsResponse(
+            result=_result(request.topic, tid, exc), throttle_time_ms=_throttle(gate)
+        )
     if not request.validate_only:
         updated = st.Topic(
             topic.name, topic.topic_id, {**topic.assignment, **added}, dict(topic.configs)
@@ -265,7 +283,9 @@ async def create_partitions(
         await _init_partitions(loop, updated, sorted(added))
         loop.send_leader_and_isr([(topic.name, p) for p in sorted(added)])
         loop.send_update_metadata()
-    return controller_pb2.CreatePartitionsResponse(result=_result(topic.name, topic.topic_id))
+    return controller_pb2.CreatePartitionsResponse(
+        result=_result(topic.name, topic.topic_id), throttle_time_ms=_throttle(gate)
+    )
 
 
 async def alter_topic_configs(
