@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import kopf
@@ -46,7 +47,9 @@ def apply_kopf_settings(settings: kopf.OperatorSettings) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=model.GROUP, key="last-handled-configuration"
     )
-    settings.posting.level = 20  # INFO and above become Kubernetes events
+    # kopf's own log lines become events only from WARNING up (no "Timer succeeded" event per
+    # object per drift interval); the operator's Normal events are posted explicitly
+    settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30

@@ -83,7 +83,7 @@ async def reconcile(
                         f"{tp.topic}[{tp.partition}]={off}" for tp, off in sorted(applied.items())
                     )
                     logger.info(message)
-                    kopf.info(body, reason="OffsetsReset", message=message)
+                    kopf.event(body, type="Normal", reason="OffsetsReset", message=message)
                     conditions = model.set_condition(
                         conditions, "OffsetReset", True, "Applied", message
                     )

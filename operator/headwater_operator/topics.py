@@ -135,7 +135,7 @@ async def _reconcile_locked(
     if plan.changes:
         reason = "DriftReverted" if drift and not plan.create else ready[1]
         logger.info("%s: %s", desired.name, plan.describe())
-        kopf.info(body, reason=reason, message=f"{desired.name}: {plan.describe()}")
+        kopf.event(body, type="Normal", reason=reason, message=f"{desired.name}: {plan.describe()}")
     previous = next(
         (c.get("reason") for c in status.get("conditions") or () if c.get("type") == "Ready"),
         None,
@@ -162,7 +162,12 @@ async def delete(
         logger.warning("invalid spec, nothing to delete: %s", exc.message)
         return
     if desired.deletion_policy == "Keep":
-        kopf.info(body, reason="Kept", message=f"deletionPolicy Keep: topic {desired.name} kept")
+        kopf.event(
+            body,
+            type="Normal",
+            reason="Kept",
+            message=f"deletionPolicy Keep: topic {desired.name} kept",
+        )
         return
     if meta.get("annotations", {}).get(model.FORCE_DELETE_ANNOTATION) == "true":
         kopf.warn(
@@ -191,7 +196,7 @@ async def delete(
         raise kopf.PermanentError(str(exc)) from exc
     message = f"topic {desired.name} deleted" if deleted else f"topic {desired.name} was absent"
     logger.info(message)
-    kopf.info(body, reason="Deleted", message=message)
+    kopf.event(body, type="Normal", reason="Deleted", message=message)
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
