@@ -5,7 +5,8 @@ asked of any coordinator: it reads the partition's owner from etcd (owners + liv
 answers COORDINATOR_NOT_AVAILABLE while there is none; with ``key_type = TRANSACTION`` it
 answers the owner of ``__transaction_state`` partition ``partition_for(transactional_id,
 txn_partitions)`` (txn owners prefix). TxnOffsetCommit / WriteTxnOffsetMarker are routed like
-OffsetCommit (txn_offsets.py). Every other RPC goes to the owned
+OffsetCommit (txn_offsets.py); both answer UNKNOWN_TOPIC_OR_PARTITION for partitions that do
+not exist, writing nothing for them (known_partitions.py). Every other RPC goes to the owned
 :class:`PartitionRuntime` (which answers after its records are durable and replayed), or is
 answered NOT_COORDINATOR in-band when this process does not own the partition. ListGroups
 covers only the groups of partitions owned here (clients merge over coordinators).
@@ -31,6 +32,7 @@ from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1 import coordinator_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 from headwater.v1.metadata_pb2 import BrokerInfo
+from services.coordinator import known_partitions as kp
 from services.coordinator import ownership as own
 from services.coordinator.membership import valid_group_id
 from services.coordinator.runtime import PartitionLostError, not_coordinator
@@ -71,6 +73,7 @@ class GroupCoordinatorServicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
         self._ownership = ownership
         self._admin = admin
         self.partitions = partitions
+        self._known = kp.KnownPartitions(admin)
 
     def _runtime(self, group_id: str) -> Any:
         o = self._ownership()
@@ -141,14 +144,33 @@ class GroupCoordinatorServicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
     async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: Any) -> Any:
         return await self._route("leave", request.group_id, request)
 
+    async def _commit(self, kind: str, request: Any) -> Any:
+        """OffsetCommit / TxnOffsetCommit: partitions that do not exist are answered
+        UNKNOWN_TOPIC_OR_PARTITION and not written (:mod:`known_partitions`)."""
+        if self._runtime(request.group_id) is None:
+            return not_coordinator(kind, request)
+        # Malformed partitions (no topic, negative number) are the runtime's INVALID_REQUEST.
+        unknown = await self._known.unknown(
+            (p.topic, p.partition) for p in request.partitions if p.topic and p.partition >= 0
+        )
+        if not unknown:
+            return await self._route(kind, request.group_id, request)
+        known = kp.split(request, unknown)
+        resp = (
+            await self._route(kind, request.group_id, known)
+            if known.partitions
+            else pb.OffsetCommitResponse()
+        )
+        return kp.merge(request, resp, unknown)
+
     async def OffsetCommit(self, request: pb.OffsetCommitRequest, context: Any) -> Any:
-        return await self._route("commit", request.group_id, request)
+        return await self._commit("commit", request)
 
     async def OffsetFetch(self, request: pb.OffsetFetchRequest, context: Any) -> Any:
         return await self._route("fetch", request.group_id, request)
 
     async def TxnOffsetCommit(self, request: pb.TxnOffsetCommitRequest, context: Any) -> Any:
-        return await self._route("txn_commit", request.group_id, request)
+        return await self._commit("txn_commit", request)
 
     async def WriteTxnOffsetMarker(
         self, request: pb.WriteTxnOffsetMarkerRequest, context: Any

@@ -7,15 +7,17 @@ transport error, recording what was sent and what was acknowledged (before and a
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import grpc
 
+from headwater.client import AsyncAdminClient, NewTopic
 from headwater.dev.cluster import LocalCluster
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1 import coordinator_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
-from tests.helpers.wait import wait_for
+from tests.helpers.wait import async_wait_for, wait_for
 
 Stub = coordinator_pb2_grpc.GroupCoordinatorStub
 
@@ -39,6 +41,25 @@ def find(c: LocalCluster, group: str, via: str | None = None) -> pb.FindCoordina
 def owner(c: LocalCluster, group: str) -> Stub:
     r = wait_for(lambda: find(c, group), timeout=30, what=f"an owner for {group}")
     return stub(f"{r.coordinator.host}:{r.coordinator.port}")
+
+
+def create_topics(c: LocalCluster, *names: str, partitions: int = 1) -> None:
+    """Create topics (commits are refused for partitions that do not exist) and wait until
+    the broker's metadata names them."""
+
+    async def run() -> None:
+        admin = AsyncAdminClient(c.bootstrap)
+        try:
+            await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+
+            async def known() -> bool:
+                return set(names) <= set(await admin.list_topics())
+
+            await async_wait_for(known, timeout=30, what=f"topics {names} in metadata")
+        finally:
+            await admin.close()
+
+    asyncio.run(run())
 
 
 def commit(

@@ -24,7 +24,7 @@ import pytest
 
 from headwater.client import AdminClient, AsyncConsumer, TopicPartition
 from headwater.dev.cluster import LocalCluster
-from tests.coordinator.service_helpers import Committer, find, owner
+from tests.coordinator.service_helpers import Committer, create_topics, find, owner
 from tests.helpers.wait import wait_for
 
 OFFSETS = "__consumer_offsets"
@@ -45,6 +45,7 @@ def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
         coordinator_args=["--offsets-topic-partitions", str(PARTITIONS), "--lease-ttl", "2"],
         etcd_unsafe_no_fsync=True,
     ) as c:
+        create_topics(c, "t")
         yield c
 
 

@@ -15,7 +15,15 @@ import pytest
 from headwater.dev.cluster import LocalCluster
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
-from tests.coordinator.service_helpers import Committer, commit, fetched, find, owner, stub
+from tests.coordinator.service_helpers import (
+    Committer,
+    commit,
+    create_topics,
+    fetched,
+    find,
+    owner,
+    stub,
+)
 from tests.helpers.wait import wait_for
 
 PARTITIONS = 3
@@ -32,6 +40,7 @@ def gcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
         coordinator_args=["--offsets-topic-partitions", str(PARTITIONS), "--lease-ttl", "2"],
         etcd_unsafe_no_fsync=True,
     ) as c:
+        create_topics(c, "t")
         yield c
 
 
@@ -122,3 +131,59 @@ def test_commits_survive_coordinator_kill9(gcluster: LocalCluster) -> None:
     mismatches = committer.mismatches()
     assert mismatches == [], f"{len(mismatches)} of {len(keys)} mismatched"
     gcluster.restart_coordinator(vid)
+
+
+def _part(topic: str, partition: int, offset: int = 7) -> pb.OffsetCommitPartition:
+    return pb.OffsetCommitPartition(topic=topic, partition=partition, offset=offset)
+
+
+def test_commits_for_partitions_that_do_not_exist_are_refused(gcluster: LocalCluster) -> None:
+    g = "unknown-partitions"
+    s = owner(gcluster, g)
+    req = pb.OffsetCommitRequest(
+        group_id=g,
+        generation_id=-1,
+        partitions=[_part("no-such-topic", 0), _part("t", 0), _part("t", 5)],
+    )
+    resp = s.OffsetCommit(req, timeout=20)
+    assert resp.error_code == ErrorCode.NONE
+    assert [(r.topic, r.partition, r.error_code) for r in resp.partitions] == [
+        ("no-such-topic", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ("t", 0, ErrorCode.NONE),
+        ("t", 5, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    got = fetched(s, g)
+    assert [(o.topic, o.partition, o.offset) for o in got.offsets] == [("t", 0, 7)]
+    # Only unknown partitions: nothing reaches the group, nothing is written.
+    only = pb.OffsetCommitRequest(group_id=g, generation_id=-1, partitions=[_part("nope", 1)])
+    assert s.OffsetCommit(only, timeout=20).partitions[0].error_code == (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    )
+    # Malformed partitions stay INVALID_REQUEST (the runtime's check).
+    bad = pb.OffsetCommitRequest(group_id=g, generation_id=-1, partitions=[_part("t", -1)])
+    assert s.OffsetCommit(bad, timeout=20).partitions[0].error_code == ErrorCode.INVALID_REQUEST
+    # TxnOffsetCommit: the same per-partition answer.
+    txn = s.TxnOffsetCommit(
+        pb.TxnOffsetCommitRequest(
+            transactional_id="tx-unknown",
+            group_id="unknown-partitions-txn",
+            producer_id=1,
+            producer_epoch=0,
+            generation_id=-1,
+            partitions=[_part("nope", 0)],
+        ),
+        timeout=20,
+    )
+    assert [(r.topic, r.error_code) for r in txn.partitions] == [
+        ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    ]
+    # A topic created after the coordinator's last metadata read is not refused: a miss
+    # refreshes once before refusing.
+    create_topics(gcluster, "fresh", partitions=2)
+    fresh = pb.OffsetCommitRequest(group_id=g, generation_id=-1, partitions=[_part("fresh", 1, 3)])
+    assert s.OffsetCommit(fresh, timeout=20).partitions[0].error_code == ErrorCode.NONE
+    got = fetched(s, g)
+    assert sorted((o.topic, o.partition, o.offset) for o in got.offsets) == [
+        ("fresh", 1, 3),
+        ("t", 0, 7),
+    ]

@@ -16,7 +16,7 @@ from headwater.dev.cluster import LocalCluster
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1 import transaction_pb2 as tpb
 from headwater.v1.errors_pb2 import ErrorCode
-from tests.coordinator.service_helpers import owner
+from tests.coordinator.service_helpers import create_topics, owner
 from tests.coordinator.txn_helpers import add, describe, end, init, txn_owner
 from tests.helpers.wait import wait_for
 
@@ -36,6 +36,7 @@ def tcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
         etcd_unsafe_no_fsync=True,
     ) as c:
         asyncio.run(_create(c, "txn-out"))
+        create_topics(c, "in")  # offsets are committed for in[0]
         yield c
 
 
