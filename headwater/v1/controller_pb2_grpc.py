@@ -195,9 +195,9 @@ class ControllerServicer:
         """--- dynamic configuration and quotas (docs/configuration.md, docs/quotas.md) ---
         Configs of topics, brokers (one broker, or "<default>": every broker), clients and users,
         stored in etcd, validated before anything is written, applied without restart. Client and
-        user entities carry the quota keys producer_byte_rate, consumer_byte_rate and
-        request_percentage (seed 000 §4.9). Any controller answers Describe; Alter goes to the
-        active one.
+        user entities carry the quota keys producer_byte_rate, consumer_byte_rate,
+        request_percentage (seed 000 §4.9) and controller_mutation_rate (KIP-599). Any controller
+        answers Describe; Alter goes to the active one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -143,9 +143,14 @@ async def _scenario(c: LocalCluster) -> None:
 
         await async_wait_for(created, timeout=15, what="mq-c created after the throttle time")
         assert time.monotonic() - sent >= resp.throttle_time_ms / 1000
-        # Removing the quota lifts the limit at once (AlterConfigs clears the cache).
+        # The admin client (client id "": a bucket of its own under clients/<default>)
+        # overdraws its bucket, then gets the typed error.
         admin = AsyncAdminClient(c.bootstrap)
         try:
+            await admin.create_topic("mq-e", partitions=60)
+            with pytest.raises(errors.ThrottlingQuotaExceededError, match="retry in"):
+                await admin.create_topic("mq-f", partitions=1)
+            # Removing the quota lifts the limit at once (AlterConfigs clears the cache).
             await admin.alter_configs(
                 ConfigResource("client", "<default>"), delete=["controller_mutation_rate"]
             )
