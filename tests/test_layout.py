@@ -26,12 +26,16 @@ def test_mandated_top_level_exists() -> None:
     assert not missing, f"missing from the mandated layout: {missing}"
 
 
-def test_future_folders_say_what_they_will_hold() -> None:
-    for folder in ("operator", "charts", "spark"):
+def test_component_folders_describe_themselves_and_link_their_docs() -> None:
+    for folder, doc in (
+        ("operator", "docs/kubernetes.md"),
+        ("charts", "docs/kubernetes.md"),
+        ("spark", "docs/spark.md"),
+    ):
         readme = ROOT / folder / "README.md"
         assert readme.is_file(), f"{folder}/ has no README"
         text = readme.read_text()
-        assert len(text.split()) > 40 and "issue" in text
+        assert len(text.split()) > 40 and doc in text, f"{folder}/README.md must point to {doc}"
 
 
 def test_coordinator_package_documents_its_future_contract() -> None:
