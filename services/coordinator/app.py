@@ -104,21 +104,30 @@ async def ensure_internal_topic(
     """Create a compacted internal topic if absent (RF as the offsets topic's); returns its
     partition count (the existing one when it was there)."""
     rf = max(1, min(settings.offsets_topic_replication_factor, brokers))
-    try:
-        await admin.create_topic(
-            topic,
-            partitions=partitions,
-            replication_factor=rf,
-            configs={
-                "cleanup.policy": "compact",
-                "min.insync.replicas": str(min(2, rf)),
-                "segment.bytes": str(1024 * 1024),
-            },
-        )
-        log.info("created %s (RF %d)", topic, rf)
-    except errors.TopicAlreadyExistsError:
-        pass
     deadline = asyncio.get_running_loop().time() + 60.0
+    while True:
+        try:
+            await admin.create_topic(
+                topic,
+                partitions=partitions,
+                replication_factor=rf,
+                configs={
+                    "cleanup.policy": "compact",
+                    "min.insync.replicas": str(min(2, rf)),
+                    "segment.bytes": str(1024 * 1024),
+                },
+            )
+            log.info("created %s (RF %d)", topic, rf)
+            break
+        except errors.TopicAlreadyExistsError:
+            break
+        except (errors.UnsupportedVersionError, errors.NetworkError) as exc:
+            # No controller known yet (the brokers have not had UpdateMetadata, so the admin
+            # client fell back to asking a broker): wait for one, within the deadline.
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+            log.info("creating %s: no controller reachable yet (%s); retrying", topic, exc)
+            await asyncio.sleep(0.5)
     while True:  # the brokers learn of a new topic through UpdateMetadata, a little later
         try:
             for d in await admin.describe_topics([topic]):

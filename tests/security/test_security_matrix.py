@@ -16,6 +16,7 @@ mallory (authenticated, no ACL):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,13 @@ async def _try(channel: grpc.aio.Channel, method: Any, service: str, md: Any) ->
     }
     try:
         if method.client_streaming and method.server_streaming:
-            call = channel.stream_stream(path, **kw)(iter([request]), metadata=md, timeout=5)
+            # Write, half-close, then read the server's status: with a request *iterator*
+            # the client's own writer can fail first (the server refused the call while it was
+            # still writing) and report INTERNAL instead of the server's status.
+            call = channel.stream_stream(path, **kw)(metadata=md, timeout=5)
+            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+                await call.write(request)
+                await call.done_writing()
             response = await call.read()
         elif method.server_streaming:
             call = channel.unary_stream(path, **kw)(request, metadata=md, timeout=5)
