@@ -83,6 +83,7 @@ class Producer:
     def __init__(self, bootstrap: str | Sequence[str], **config: Any) -> None:
         self._lt = _LoopThread("headwater-producer")
         self._buffering: set[asyncio.Task[Any]] = set()  # sends not yet buffered (loop-owned)
+        self._tail: asyncio.Task[Any] | None = None  # the last send submitted (loop-owned)
         try:
             self._p = self._lt.run(self._make(bootstrap, config))
         except BaseException:
@@ -101,7 +102,17 @@ class Producer:
         task = asyncio.current_task()
         assert task is not None
         self._buffering.add(task)
+        # Sends are buffered in call order: each waits for the previous one to be buffered
+        # (AsyncProducer.send may wait — metadata, buffer space — and two waiting tasks are not
+        # guaranteed to resume in submission order).
+        prev, self._tail = self._tail, task
         try:
+            if prev is not None and not prev.done():
+                try:
+                    await asyncio.wait([prev])
+                except BaseException:
+                    coro.close()  # cancelled before it started: never awaited
+                    raise
             fut = await coro
         except BaseException as exc:
             cf.set_exception(exc)
@@ -162,7 +173,8 @@ class Producer:
         coro = self._p.send_many(
             topic, values, keys, partition=partition, headers=headers, timestamp=timestamp
         )
-        self._lt.run(self._send(cf, coro))
+        # after every earlier send() is buffered: the group lands behind them, in call order
+        self._lt.run(self._after_sends(self._send(cf, coro)))
         return cf
 
     def flush(self, timeout: float | None = None) -> None:
