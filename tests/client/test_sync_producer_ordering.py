@@ -33,6 +33,7 @@ def test_commit_after_send_waits_until_the_send_is_buffered() -> None:
     p = Producer.__new__(Producer)
     p._lt = _LoopThread("test-producer")
     p._buffering = set()
+    p._tail = None
     fake = SlowBufferingProducer()
     p._p = fake  # type: ignore[assignment]
     try:
