@@ -1,0 +1,244 @@
+"""Headwater side by side with Apache Kafka, NATS JetStream and Redis Streams: one run, one table.
+
+Runs, one after another on this machine (never two systems at once):
+
+1. the machine's ceilings (bench/ceilings.py): page-cache write into a growing file and into
+   freed pages, Python gRPC loopback unary (8 x 1 MiB in flight) and server-stream;
+2. ``bench/peers/<system>.py --out rows.jsonl`` for each system: each starts its system on
+   127.0.0.1, runs the workload matrix of bench/peers/common.py and stops it by PID.
+
+Then prints (and writes to ``<out-dir>/table.md``) a Markdown report: every row with its
+ratio to Apache Kafka's own perf tool on the same workload and, for Headwater, the fraction
+of the ceilings; then the issue's targets with their verdicts.
+
+    python bench/side_by_side.py [--systems headwater,kafka,nats,redis] [--quick] [--no-rf3]
+                                 [--max-seconds 30] [--out-dir DIR]
+    python bench/side_by_side.py --report DIR/rows.jsonl DIR/ceilings.json   # table only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "peers"))
+
+import ceilings  # noqa: E402
+from common import Row, read_rows  # noqa: E402
+from core import machine  # noqa: E402
+
+from headwater.dev.procs import python_env  # noqa: E402
+
+SYSTEMS = ("headwater", "kafka", "nats", "redis")
+KAFKA_TOOL = "java perf-test"
+
+
+def measure_ceilings(growing_mib: int) -> dict[str, float]:
+    """Page-cache and gRPC ceilings, measured now (see bench/ceilings.py)."""
+    with tempfile.TemporaryDirectory(prefix="hw-ceil-") as tmp:
+        out = {
+            "page_cache_write_growing_mb_s": ceilings.page_cache_write_mb_s(
+                Path(tmp), growing_mib, repeats=1
+            ),
+            "page_cache_rewrite_mb_s": ceilings.page_cache_write_mb_s(Path(tmp)),
+        }
+    out.update(ceilings.grpc_ceilings(env=python_env()))
+    return out
+
+
+def run_system(system: str, rows_path: Path, flags: list[str], timeout: float) -> int:
+    """Run one peer module as a child process; its rows are appended to ``rows_path``."""
+    argv = [sys.executable, str(HERE / "peers" / f"{system}.py"), "--out", str(rows_path), *flags]
+    print(f"== {system}: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    try:
+        code = subprocess.run(argv, env=python_env(), timeout=timeout, check=False).returncode
+    except subprocess.TimeoutExpired:
+        code = -1
+    print(f"== {system}: exit {code} after {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    return code
+
+
+def _kafka_reference(rows: Iterable[Row]) -> dict[str, Row]:
+    """The Kafka perf-tool row of each workload (the ratio's denominator)."""
+    return {r.workload: r for r in rows if r.system == "kafka" and r.client == KAFKA_TOOL}
+
+
+def _lat(r: Row) -> str:
+    lat = r.latency_ms or {}
+    if "p50" not in lat:
+        return "—"
+    return f"{lat['p50']:.1f} / {lat['p99']:.1f} / {lat['p999']:.1f}"
+
+
+def _pct(x: float, ceiling: float | None) -> str:
+    return f"{100 * x / ceiling:.0f}%" if ceiling else "—"
+
+
+def throughput_table(rows: list[Row], ceil: dict[str, float]) -> list[str]:
+    """One line per (workload, system, client) of produce-max and consume rows."""
+    ref = _kafka_reference(rows)
+    pc = ceil.get("page_cache_write_growing_mb_s")
+    lines = [
+        "| workload | system | client | records/s | MB/s | vs Kafka perf-test | "
+        "% of page-cache write | % of gRPC ceiling | ack latency p50 / p99 / p99.9 ms |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        if r.kind not in ("produce-max", "consume"):
+            continue
+        k = ref.get(r.workload)
+        vs = f"{r.mb_per_sec / k.mb_per_sec:.2f}x" if k and k.mb_per_sec else "—"
+        grpc = ceil.get(
+            "grpc_unary_1mib_8_in_flight_mb_s"
+            if r.kind == "produce-max"
+            else "grpc_stream_1mib_mb_s"
+        )
+        hw = r.system == "headwater"
+        lines.append(
+            f"| {r.workload} | {r.system} | {r.client} | {r.records_per_sec:,.0f} | "
+            f"{r.mb_per_sec:,.1f} | {vs} | {_pct(r.mb_per_sec, pc) if hw else '—'} | "
+            f"{_pct(r.mb_per_sec, grpc) if hw else '—'} | {_lat(r)} |"
+        )
+    return lines
+
+
+def latency_table(rows: list[Row]) -> list[str]:
+    """Fixed-rate rows: ack latency (produce-fixed) and end-to-end latency (e2e)."""
+    lines = [
+        "| workload | system | client | achieved MB/s | p50 / p99 / p99.9 ms | max ms |",
+        "|---|---|---|---:|---|---:|",
+    ]
+    for r in rows:
+        if r.kind not in ("produce-fixed", "e2e"):
+            continue
+        mx = (r.latency_ms or {}).get("max")
+        lines.append(
+            f"| {r.workload} | {r.system} | {r.client} | {r.mb_per_sec:,.1f} | {_lat(r)} | "
+            f"{f'{mx:.1f}' if mx is not None else '—'} |"
+        )
+    return lines
+
+
+def _best(rows: list[Row], system: str, workload: str, client: str | None = None) -> Row | None:
+    cands = [
+        r
+        for r in rows
+        if r.system == system and r.workload == workload and (client is None or r.client == client)
+    ]
+    return max(cands, key=lambda r: r.mb_per_sec, default=None)
+
+
+def _versus(hw: Row, k: Row) -> str:
+    return f"{hw.mb_per_sec:,.0f} vs {k.mb_per_sec:,.0f} MB/s ({hw.mb_per_sec / k.mb_per_sec:.2f}x)"
+
+
+def targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
+    """The issue's targets: (what, measured, met?) — None when a side is missing."""
+    out: list[tuple[str, str, bool | None]] = []
+    for size, share, label in ((1024, 1.0, "1 KiB"), (100, 0.5, "100 B")):
+        w = f"produce-max p=1 {size}B acks=1 rf=1"
+        hw, k = _best(rows, "headwater", w), _best(rows, "kafka", w, KAFKA_TOOL)
+        want = "≥" if share == 1 else f"≥ {share:.0%} of"
+        what = f"produce {label}, acks=1, one producer: Headwater {want} Kafka MB/s"
+        if hw and k:
+            got = _versus(hw, k)
+            out.append((what, got, hw.mb_per_sec >= share * k.mb_per_sec))
+        else:
+            out.append((what, "not measured", None))
+    for size, label in ((1024, "1 KiB"), (100, "100 B")):
+        w = f"consume p=1 {size}B acks=1 rf=1"
+        hw, k = _best(rows, "headwater", w), _best(rows, "kafka", w, KAFKA_TOOL)
+        what = f"consumer {label}: Headwater ≥ Kafka MB/s"
+        if hw and k:
+            got = _versus(hw, k)
+            out.append((what, got, hw.mb_per_sec >= k.mb_per_sec))
+        else:
+            out.append((what, "not measured", None))
+    e2e = [
+        r
+        for r in rows
+        if r.system == "headwater" and r.kind == "e2e" and r.rf == 1 and r.latency_ms
+    ]
+    what = "p99 end-to-end latency ≤ 10 ms at 10 MB/s (1 KiB)"
+    if e2e:
+        p99 = min(r.latency_ms["p99"] for r in e2e if r.latency_ms)
+        out.append((what, f"p99 {p99:.1f} ms", p99 <= 10.0))
+    else:
+        out.append((what, "not measured", None))
+    return out
+
+
+def report(rows: list[Row], ceil: dict[str, float], mach: str) -> str:
+    lines = [f"Machine: {mach}", ""]
+    if ceil:
+        lines += [
+            "Ceilings in the same run: page-cache write into a growing file "
+            f"{ceil.get('page_cache_write_growing_mb_s', 0):,.0f} MB/s (rewriting freed pages "
+            f"{ceil.get('page_cache_rewrite_mb_s', 0):,.0f} MB/s); Python gRPC loopback unary "
+            f"1 MiB x8 in flight {ceil.get('grpc_unary_1mib_8_in_flight_mb_s', 0):,.0f} MB/s; "
+            f"server stream 1 MiB {ceil.get('grpc_stream_1mib_mb_s', 0):,.0f} MB/s.",
+            "",
+        ]
+    lines += ["### Throughput", "", *throughput_table(rows, ceil), ""]
+    lines += ["### Latency at a fixed rate", "", *latency_table(rows), ""]
+    lines += [
+        "### Against the issue's targets",
+        "",
+        "| target | measured | verdict |",
+        "|---|---|---|",
+    ]
+    for what, got, met in targets(rows):
+        verdict = "not measured" if met is None else ("met" if met else "short")
+        lines.append(f"| {what} | {got} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--no-rf3", action="store_true")
+    p.add_argument("--max-seconds", type=float, default=30)
+    p.add_argument("--out-dir", type=Path)
+    p.add_argument("--system-timeout", type=float, default=1800)
+    p.add_argument("--report", nargs=2, type=Path, metavar=("ROWS", "CEILINGS"))
+    args = p.parse_args()
+    if args.report:
+        rows = read_rows(args.report[0])
+        ceil = json.loads(args.report[1].read_text())
+        print(report(rows, ceil, ceil.get("machine", machine())))
+        return
+    out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="hw-side-by-side-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows_path = out_dir / "rows.jsonl"
+    ceil: dict[str, float | str] = {"machine": machine()}
+    ceil.update(measure_ceilings(growing_mib=256 if args.quick else 2048))
+    (out_dir / "ceilings.json").write_text(json.dumps(ceil, indent=2))
+    flags = ["--max-seconds", str(args.max_seconds)]
+    flags += ["--quick"] if args.quick else []
+    flags += ["--no-rf3"] if args.no_rf3 else []
+    exits = {
+        s: run_system(s, rows_path, flags, args.system_timeout) for s in args.systems.split(",")
+    }
+    rows = read_rows(rows_path) if rows_path.exists() else []
+    text = report(rows, {k: v for k, v in ceil.items() if isinstance(v, float)}, machine())
+    text += "\nExit codes: " + ", ".join(f"{s} {c}" for s, c in exits.items()) + "\n"
+    (out_dir / "table.md").write_text(text)
+    print(text)
+    print(f"rows: {rows_path}; table: {out_dir / 'table.md'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The side-by-side report's pure logic (bench/side_by_side.py): ratios and target verdicts.
+
+The measurements themselves are benchmarks (docs/benchmarks.md), never asserted here; this
+checks that the table divides by the right Kafka row and judges each target the right way.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "peers"))
+
+import side_by_side  # noqa: E402
+from common import WORKLOADS, Row, Workload, append_row, read_rows  # noqa: E402
+
+
+def _row(system: str, client: str, w: Workload, mb_s: float, p99: float | None = None) -> Row:
+    records = 1_000_000
+    seconds = records * w.record_size / 1e6 / mb_s
+    lat = {"p50": 1.0, "p99": p99, "p999": p99 + 1, "max": p99 + 2} if p99 is not None else None
+    return Row.of(system, client, w, records, seconds, latency_ms=lat)
+
+
+def test_every_consume_row_reads_a_topic_produced_before_it() -> None:
+    produced: set[tuple[int, int, int]] = set()
+    for w in WORKLOADS:
+        if w.kind == "produce-max" and w.acks == "1":
+            produced.add((w.partitions, w.record_size, w.rf))
+        if w.kind == "consume":
+            assert (w.partitions, w.record_size, w.rf) in produced, w.key
+
+
+def test_targets_compare_headwater_with_kafkas_perf_tool_not_its_python_client(
+    tmp_path: Path,
+) -> None:
+    p1k = Workload("produce-max", 1, 1024)
+    p100 = Workload("produce-max", 1, 100)
+    c1k = Workload("consume", 1, 1024)
+    e2e = Workload("e2e", 1, 1024, rate_mb_s=10)
+    rows = [
+        _row("kafka", "java perf-test", p1k, 400.0),
+        _row("kafka", "python confluent-kafka", p1k, 100.0),
+        _row("headwater", "headwater bench", p1k, 300.0),
+        _row("kafka", "java perf-test", p100, 100.0),
+        _row("headwater", "headwater bench", p100, 60.0),
+        _row("kafka", "java perf-test", c1k, 500.0),
+        _row("headwater", "headwater bench", c1k, 600.0),
+        _row("headwater", "python headwater", e2e, 10.0, p99=12.5),
+    ]
+    path = tmp_path / "rows.jsonl"
+    for r in rows:
+        append_row(path, r)
+    back = read_rows(path)
+    assert back == rows
+    verdicts = {what: met for what, _, met in side_by_side.targets(back)}
+    assert verdicts == {
+        "produce 1 KiB, acks=1, one producer: Headwater ≥ Kafka MB/s": False,  # 300 < 400
+        "produce 100 B, acks=1, one producer: Headwater ≥ 50% of Kafka MB/s": True,  # 60 ≥ 50
+        "consumer 1 KiB: Headwater ≥ Kafka MB/s": True,
+        "consumer 100 B: Headwater ≥ Kafka MB/s": None,  # not measured
+        "p99 end-to-end latency ≤ 10 ms at 10 MB/s (1 KiB)": False,
+    }
+    text = side_by_side.report(back, {"page_cache_write_growing_mb_s": 1000.0}, "test machine")
+    line = next(
+        x for x in text.splitlines() if "| headwater | headwater bench" in x and "1024B" in x
+    )
+    assert "0.75x" in line and "30%" in line  # 300/400 of Kafka, 300/1000 of the page cache
