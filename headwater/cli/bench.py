@@ -5,6 +5,12 @@ bulk API; latency is measured per call: from the call to the acknowledgement of 
 batch). ``--mode send`` calls ``send()`` per record; latency is sampled on every 64th record.
 The payloads are a pool of random uppercase records reused across the run (generated before
 the clock starts).
+
+``--throughput R`` paces the producer to R records/s (like Kafka's ProducerPerformance; -1, the
+default, = as fast as it goes); paced, every record's ack latency is sampled (``--mode send``)
+and ``--mode many`` sends chunks of at most 5 ms worth of records. ``--max-seconds`` stops a
+run early (the report gives the records actually sent or read). ``--replication-factor`` and
+``--partitions`` apply when the topic must be created.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import random
 import string
 import time
@@ -43,6 +50,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--mode", choices=["many", "send"], default="many")
     pp.add_argument("--chunk", type=int, default=10_000, help="records per send_many call")
     pp.add_argument("--partitions", type=int, default=1, help="if the topic must be created")
+    pp.add_argument(
+        "--replication-factor", type=int, default=1, help="if the topic must be created"
+    )
+    pp.add_argument(
+        "--throughput",
+        type=float,
+        default=-1,
+        help="records/s to pace the producer to (-1: as fast as possible)",
+    )
+    pp.add_argument("--max-seconds", type=float, default=0, help="stop after this long (0: no)")
     pp.set_defaults(run=produce)
 
     pc = bsub.add_parser("consume", help="consumer throughput (records decoded)")
@@ -51,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pc.add_argument("--decode", choices=["values", "arrow", "none"], default="values")
     pc.add_argument("--fetch-bytes", type=int, default=4 * 1024 * 1024)
     pc.add_argument("--timeout-ms", type=int, default=10_000)
+    pc.add_argument("--max-seconds", type=float, default=0, help="stop after this long (0: no)")
     pc.set_defaults(run=consume)
 
 
@@ -81,7 +99,14 @@ def _report(args: argparse.Namespace, result: dict[str, float | int]) -> None:
 async def _ensure_topic(args: argparse.Namespace) -> None:
     async with AsyncAdminClient(common.bootstrap(args), controller=common.controller(args)) as a:
         with contextlib.suppress(TopicAlreadyExistsError):
-            await a.create_topic(args.topic, args.partitions)
+            await a.create_topic(args.topic, args.partitions, args.replication_factor)
+
+
+async def _pace(at: float, loop: asyncio.AbstractEventLoop) -> None:
+    """Sleep until loop time ``at`` (no-op when behind schedule)."""
+    delay = at - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
 
 
 async def produce(args: argparse.Namespace) -> int:
@@ -107,12 +132,17 @@ async def produce(args: argparse.Namespace) -> int:
         await p.send_many(args.topic, pool[:10])  # warm up metadata and connections
         await p.flush()
         futures: list[asyncio.Future[object]] = []
+        rate = args.throughput if args.throughput > 0 else 0.0
+        deadline = math.inf if args.max_seconds <= 0 else loop.time() + args.max_seconds
+        sent = 0
         start = loop.time()
         if args.mode == "many":
-            chunk = (pool * (args.chunk // len(pool) + 1))[: args.chunk]
-            sent = 0
-            while sent < n:
+            size_chunk = args.chunk if not rate else max(1, min(args.chunk, int(rate / 200)))
+            chunk = (pool * (size_chunk // len(pool) + 1))[:size_chunk]
+            while sent < n and loop.time() < deadline:
                 part = chunk if n - sent >= len(chunk) else chunk[: n - sent]
+                if rate:
+                    await _pace(start + (sent + len(part)) / rate, loop)
                 t0 = loop.time()
                 fut = await p.send_many(args.topic, part)
                 fut.add_done_callback(stamp(t0))  # type: ignore[arg-type]
@@ -122,11 +152,19 @@ async def produce(args: argparse.Namespace) -> int:
             send = p.send
             topic = args.topic
             npool = len(pool)
-            for i in range(n):
-                fut2 = await send(topic, pool[i % npool])
-                if i % 64 == 0:
+            every = 1 if rate else 64
+            check = max(1, min(1000, int(rate / 1000))) if rate else 1000
+            while sent < n:
+                if sent % check == 0:
+                    if loop.time() >= deadline:
+                        break
+                    if rate:
+                        await _pace(start + sent / rate, loop)
+                fut2 = await send(topic, pool[sent % npool])
+                if sent % every == 0:
                     fut2.add_done_callback(stamp(loop.time()))  # type: ignore[arg-type]
                     futures.append(fut2)  # type: ignore[arg-type]
+                sent += 1
         await p.flush()
         elapsed = loop.time() - start
         for f in futures:
@@ -135,10 +173,10 @@ async def produce(args: argparse.Namespace) -> int:
     _report(
         args,
         {
-            "records": n,
+            "records": sent,
             "seconds": round(elapsed, 3),
-            "records_per_sec": n / elapsed,
-            "mb_per_sec": n * size / elapsed / 1e6,
+            "records_per_sec": sent / elapsed,
+            "mb_per_sec": sent * size / elapsed / 1e6,
             "latency_avg_ms": float(lat.mean()),
             "latency_max_ms": float(lat.max()),
             "latency_p50_ms": float(np.percentile(lat, 50)),
@@ -170,7 +208,8 @@ async def consume(args: argparse.Namespace) -> int:
         await c.seek_to_beginning()
         count = nbytes = 0
         start = time.perf_counter()
-        while count < args.num_records:
+        deadline = math.inf if args.max_seconds <= 0 else start + args.max_seconds
+        while count < args.num_records and time.perf_counter() < deadline:
             batches = await c.poll_batches(timeout_ms=args.timeout_ms)
             if not batches:
                 break
@@ -195,4 +234,4 @@ async def consume(args: argparse.Namespace) -> int:
             "mb_per_sec": nbytes / elapsed / 1e6 if elapsed else 0.0,
         },
     )
-    return 0 if count >= args.num_records else 1
+    return 0 if count >= args.num_records or args.max_seconds > 0 else 1

@@ -195,3 +195,19 @@ def test_bench_produce_and_consume(cluster: Any) -> None:
             )
         )
         assert res["records"] >= 40000 and res["mb_per_sec"] > 0
+
+
+def test_bench_produce_paced(cluster: Any) -> None:
+    """``--throughput`` paces the producer (records/s); every ack's latency is sampled."""
+    for mode in ("many", "send"):
+        res = json.loads(
+            ok(
+                hw(
+                    cluster,
+                    *("--output", "json", "bench", "produce", "--topic", f"paced-{mode}"),
+                    *("--num-records", "2000", "--record-size", "100", "--mode", mode),
+                    *("--throughput", "4000", "--replication-factor", "1"),
+                )
+            )
+        )
+        assert res["records"] == 2000 and res["seconds"] >= 0.4

@@ -1,0 +1,431 @@
+"""Headwater's side of the side-by-side benchmark (issue 10).
+
+    .venv/bin/python bench/peers/headwater.py --out rows.jsonl [--quick] [--no-rf3]
+        [--max-seconds 30] [--only "e2e"]
+
+Starts a :class:`~headwater.dev.cluster.LocalCluster` in a temporary folder (etcd, one
+controller, one broker for the RF=1 rows; three brokers for the RF=3 rows, whose topics are
+created with replication factor 3, so acks=all waits for every in-sync replica), runs
+:data:`common.WORKLOADS` and stops every process by PID (the cluster's ``stop``; the e2e
+children by their ``Popen``) even on error.
+
+Clients:
+
+* ``client="headwater bench"``: the ``headwater bench`` command (headwater/cli/bench.py) in its own
+  process. ``produce-max`` with ``--mode many`` (the bulk API, ``send_many`` of 10,000 records);
+  for 1 partition and acks=1 also a row with ``--mode send`` (one ``send()`` per record, as
+  Kafka's ProducerPerformance does; ``note`` says which). ``consume`` reads the topic of the
+  matching acks=1 ``produce-max`` row from the start, ``--decode values`` (every record's value as
+  a Python ``bytes``). ``produce-fixed``: ``--mode send --throughput`` (records/s for 10 MB/s),
+  every ack's latency sampled.
+* ``client="python headwater"``: ``e2e`` with the client library directly: a producer process
+  (``AsyncProducer.send`` per record, paced by :class:`common.Pacer`, each value
+  :func:`common.stamp`-ed) and a consumer process (``AsyncConsumer.poll_batches``, one
+  :func:`common.age_ns` per record against one clock read per poll) — ``--role`` below.
+
+Partitions map to Headwater partitions one to one; acks "1" = ``acks=1`` (the leader appended
+it), "all" = ``acks=all`` (every ISR member has it).
+
+Configuration (``Row.config``):
+
+* ``defaults`` — the broker as ``LocalCluster`` starts it, i.e. every broker default of
+  docs/configuration.md: no fsync per append (``flush.messages``/``flush.ms`` = -1, durability
+  comes from replication, like Kafka's default ``log.flush.interval.messages``), the malloc
+  tunables of docs/benchmarks.md set by the launcher. Producer as the bench command sets it:
+  ``batch_size`` 1 MiB, ``linger_ms`` 5, ``max_in_flight`` 5, no compression (docs/benchmarks.md
+  "throughput"); consumer ``max_partition_fetch_bytes`` 4 MiB. For durability the documented
+  setting is RF=3 with acks=all (docs/replication.md): the RF=3 rows.
+* e2e: producer ``linger_ms`` 0 (a latency workload; Kafka's EndToEndLatency tool also sends
+  with ``linger.ms`` 0), ``batch_size`` 1 MiB; consumer ``fetch_max_wait_ms`` 500 (the broker
+  answers a parked fetch as soon as data is appended), ``fetch_min_bytes`` 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+_HERE = Path(__file__).resolve().parent
+# this file is named like the ``headwater`` package: its folder must not shadow it
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent.parent))
+
+from bench.peers import common  # noqa: E402
+from bench.peers.common import MB, Row, Workload  # noqa: E402
+
+SYSTEM = "headwater"
+CONFIG = "defaults"
+E2E_LINGER_MS = 0.0
+
+
+def _topic(w: Workload, suffix: str = "") -> str:
+    return f"{w.kind}-p{w.partitions}-{w.record_size}-acks{w.acks}-rf{w.rf}{suffix}"
+
+
+def _bench(bootstrap: str, timeout: float, *args: str) -> dict[str, float]:
+    env = {**os.environ, "HEADWATER_BOOTSTRAP": bootstrap}
+    cmd = [sys.executable, "-m", "headwater.cli.main", "--output", "json", "bench", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout[proc.stdout.index("{") :])  # type: ignore[no-any-return]
+
+
+def _latency(res: dict[str, float]) -> dict[str, float] | None:
+    if "latency_p50_ms" not in res:
+        return None
+    return {
+        "p50": res["latency_p50_ms"],
+        "p99": res["latency_p99_ms"],
+        "p999": res["latency_p999_ms"],
+        "max": res["latency_max_ms"],
+    }
+
+
+def _acks(w: Workload) -> str:
+    return "all" if w.acks == "all" else "1"
+
+
+def produce_max(
+    bootstrap: str, w: Workload, n: int, max_s: float, mode: str = "many"
+) -> tuple[Row, str]:
+    topic = _topic(w, "" if mode == "many" else "-send")
+    res = _bench(
+        bootstrap,
+        max_s + 300,
+        "produce",
+        "--topic",
+        topic,
+        "--num-records",
+        str(n),
+        "--record-size",
+        str(w.record_size),
+        "--acks",
+        _acks(w),
+        "--partitions",
+        str(w.partitions),
+        "--replication-factor",
+        str(w.rf),
+        "--mode",
+        mode,
+        "--max-seconds",
+        str(max_s),
+    )
+    note = (
+        "send_many() of 10,000 records per call (bulk API); ack latency per call"
+        if mode == "many"
+        else "one send() per record; ack latency of every 64th record"
+    )
+    row = Row.of(
+        SYSTEM,
+        "headwater bench",
+        w,
+        int(res["records"]),
+        float(res["seconds"]),
+        latency_ms=_latency(res),
+        config=CONFIG,
+        note=note,
+        extra={"mode": mode},
+    )
+    return row, topic
+
+
+def consume(bootstrap: str, w: Workload, topic: str, n: int, max_s: float) -> Row:
+    res = _bench(
+        bootstrap,
+        max_s + 300,
+        "consume",
+        "--topic",
+        topic,
+        "--num-records",
+        str(n),
+        "--decode",
+        "values",
+        "--max-seconds",
+        str(max_s),
+    )
+    records = int(res["records"])
+    return Row.of(
+        SYSTEM,
+        "headwater bench",
+        w,
+        records,
+        float(res["seconds"]),
+        config=CONFIG,
+        note=f"reads {topic} from the start, --decode values (bytes per record)",
+        extra={"wire_mb_per_sec": res["mb_per_sec"]},
+    )
+
+
+def produce_fixed(bootstrap: str, w: Workload, seconds: float) -> Row:
+    assert w.rate_mb_s
+    rate = w.rate_mb_s * MB / w.record_size
+    res = _bench(
+        bootstrap,
+        seconds + 300,
+        "produce",
+        "--topic",
+        _topic(w),
+        "--num-records",
+        str(int(rate * seconds)),
+        "--record-size",
+        str(w.record_size),
+        "--acks",
+        _acks(w),
+        "--partitions",
+        str(w.partitions),
+        "--replication-factor",
+        str(w.rf),
+        "--mode",
+        "send",
+        "--throughput",
+        f"{rate:.1f}",
+    )
+    return Row.of(
+        SYSTEM,
+        "headwater bench",
+        w,
+        int(res["records"]),
+        float(res["seconds"]),
+        latency_ms=_latency(res),
+        config=CONFIG,
+        note=f"send() per record paced to {rate:,.0f} records/s; every ack's latency, linger_ms 5",
+        extra={"mode": "send"},
+    )
+
+
+# --- e2e: two processes of this module -------------------------------------------------------
+
+
+async def _e2e_producer(args: argparse.Namespace) -> None:
+    from headwater.client.producer import AsyncProducer
+
+    pool = common.payload_pool(args.record_size)
+    rate = args.rate_mb_s * MB / args.record_size
+    n = int(rate * args.seconds)
+    async with AsyncProducer(
+        args.bootstrap,
+        acks=args.acks,
+        linger_ms=args.linger_ms,
+        client_id="headwater-e2e-producer",
+    ) as p:
+        await p.send_and_wait(args.topic, common.stamp(pool[0]))  # metadata + connection
+        pacer = common.Pacer(rate)
+        step = max(1, int(rate / 2000))  # check the schedule every ~0.5 ms worth of records
+        sent = 0
+        npool = len(pool)
+        send, stamp, topic = p.send, common.stamp, args.topic
+        while sent < n:
+            d = pacer.delay(step)
+            if d > 0:
+                await asyncio.sleep(d)
+            for _ in range(step):
+                await send(topic, stamp(pool[sent % npool]))
+                sent += 1
+        await p.flush()
+    print(json.dumps({"sent": sent + 1}), flush=True)
+
+
+async def _e2e_consumer(args: argparse.Namespace) -> None:
+    from headwater.client.consumer import AsyncConsumer
+    from headwater.client.types import TopicPartition
+
+    ages: list[int] = []
+    c = AsyncConsumer(
+        args.bootstrap,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=args.fetch_max_wait_ms,
+        client_id="headwater-e2e-consumer",
+    )
+    try:
+        c.assign([TopicPartition(args.topic, 0)])
+        await c.poll_batches(timeout_ms=200)
+        Path(args.ready_file).write_text("ready")
+        deadline = time.monotonic() + args.seconds + 60
+        idle_since: float | None = None
+        age_ns = common.age_ns
+        while time.monotonic() < deadline:
+            batches = await c.poll_batches(timeout_ms=500)
+            now = time.monotonic_ns()
+            if not batches:
+                if ages and Path(args.done_file).exists():
+                    if idle_since is None:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > 1.0:
+                        break
+                continue
+            idle_since = None
+            for fb in batches:
+                ages.extend(age_ns(v, now) for v in fb.values())
+    finally:
+        await c.close()
+    np.save(args.samples, np.asarray(ages, dtype=np.int64))
+
+
+def e2e(bootstrap: str, w: Workload, seconds: float, tmp: Path) -> Row:
+    assert w.rate_mb_s
+    topic = _topic(w)
+
+    async def create() -> None:
+        from headwater.client.admin import AsyncAdminClient
+
+        async with AsyncAdminClient(bootstrap) as a:
+            await a.create_topic(topic, w.partitions, w.rf)
+
+    asyncio.run(create())
+    ready, done, samples = tmp / f"{topic}.ready", tmp / f"{topic}.done", tmp / f"{topic}.npy"
+    base = [sys.executable, str(Path(__file__).resolve()), "--bootstrap", bootstrap]
+    base += ["--topic", topic, "--seconds", str(seconds), "--record-size", str(w.record_size)]
+    consumer = subprocess.Popen(
+        [
+            *base,
+            *("--role", "e2e-consumer", "--ready-file", str(ready)),
+            *("--done-file", str(done), "--samples", str(samples)),
+        ]
+    )
+    producer: subprocess.Popen[bytes] | None = None
+    try:
+        t_end = time.monotonic() + 60
+        while not ready.exists():
+            if consumer.poll() is not None or time.monotonic() > t_end:
+                raise RuntimeError("e2e consumer did not start")
+            time.sleep(0.05)
+        producer = subprocess.Popen(
+            [*base, "--role", "e2e-producer", "--acks", _acks(w), "--rate-mb-s", str(w.rate_mb_s)],
+            stdout=subprocess.PIPE,
+        )
+        out, _ = producer.communicate(timeout=seconds + 120)
+        if producer.returncode != 0:
+            raise RuntimeError(f"e2e producer failed ({producer.returncode})")
+        done.write_text("done")
+        consumer.wait(timeout=90)
+        if consumer.returncode != 0:
+            raise RuntimeError(f"e2e consumer failed ({consumer.returncode})")
+    finally:
+        for proc in (producer, consumer):
+            if proc is not None and proc.poll() is None:
+                proc.kill()  # by PID
+                proc.wait()
+    sent = json.loads(out.decode().strip().splitlines()[-1])["sent"]
+    ages = np.load(samples)
+    return Row.of(
+        SYSTEM,
+        "python headwater",
+        w,
+        len(ages),
+        seconds,
+        latency_ms=common.percentiles_ms(ages),
+        config=CONFIG,
+        note=(
+            f"producer process send() per record paced to {w.rate_mb_s:g} MB/s "
+            f"(linger_ms {E2E_LINGER_MS:g}), consumer process poll_batches; "
+            f"{len(ages)} of {sent} records received"
+        ),
+        extra={"sent": sent, "linger_ms": E2E_LINGER_MS},
+    )
+
+
+# --- driver ------------------------------------------------------------------------------------
+
+
+def run_cluster(
+    out: Path, ws: list[Workload], brokers: int, quick: bool, max_s: float, tmp: Path
+) -> None:
+    from headwater.dev.cluster import LocalCluster
+
+    fixed_s = common.FIXED_RATE_SECONDS if not quick else 5
+    with LocalCluster(tmp / f"cluster-{brokers}", brokers=brokers) as cluster:
+        boot = cluster.bootstrap
+        topics: dict[tuple[int, int, int], str] = {}
+        for w in ws:
+            print(f"[headwater] {w.key}", flush=True)
+            rows: list[Row] = []
+            try:
+                if w.kind == "produce-max":
+                    n = common.record_count(w.record_size, quick)
+                    row, topic = produce_max(boot, w, n, max_s)
+                    rows.append(row)
+                    if w.acks == "1":
+                        topics[(w.partitions, w.record_size, w.rf)] = topic
+                    if w.acks == "1" and w.partitions == 1 and w.rf == 1:
+                        rows.append(produce_max(boot, w, n, max_s, mode="send")[0])
+                elif w.kind == "consume":
+                    n = common.record_count(w.record_size, quick)
+                    src = topics.get((w.partitions, w.record_size, w.rf))
+                    if src is None:
+                        print(f"[headwater] skip {w.key}: no produce-max topic", flush=True)
+                        continue
+                    rows.append(consume(boot, w, src, n, max_s))
+                elif w.kind == "produce-fixed":
+                    rows.append(produce_fixed(boot, w, fixed_s))
+                elif w.kind == "e2e":
+                    rows.append(e2e(boot, w, fixed_s, tmp))
+            except Exception as e:  # one failed row must not lose the others
+                print(f"[headwater] {w.key} FAILED: {e}", flush=True)
+                continue
+            for row in rows:
+                common.append_row(out, row)
+                lat = row.latency_ms or {}
+                print(
+                    f"[headwater]   {row.client} {row.extra.get('mode', '')}: "
+                    f"{row.records} records, {row.records_per_sec:,.0f} rec/s, "
+                    f"{row.mb_per_sec:,.1f} MB/s"
+                    + (
+                        f", p50 {lat['p50']:.2f} p99 {lat['p99']:.2f} p99.9 {lat['p999']:.2f} ms"
+                        if lat
+                        else ""
+                    ),
+                    flush=True,
+                )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-rf3", action="store_true")
+    ap.add_argument("--max-seconds", type=float, default=30)
+    ap.add_argument("--only", default="", help="run only workloads whose key contains this")
+    # e2e child roles
+    ap.add_argument("--role", choices=["e2e-producer", "e2e-consumer"])
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--topic")
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--record-size", type=int, default=1024)
+    ap.add_argument("--rate-mb-s", type=float, default=10)
+    ap.add_argument("--acks", default="1")
+    ap.add_argument("--linger-ms", type=float, default=E2E_LINGER_MS)
+    ap.add_argument("--fetch-max-wait-ms", type=int, default=500)
+    ap.add_argument("--ready-file")
+    ap.add_argument("--done-file")
+    ap.add_argument("--samples")
+    args = ap.parse_args()
+    if args.role == "e2e-producer":
+        asyncio.run(_e2e_producer(args))
+        return
+    if args.role == "e2e-consumer":
+        asyncio.run(_e2e_consumer(args))
+        return
+    if args.out is None:
+        ap.error("--out is required")
+    ws = [w for w in common.workloads(not args.no_rf3) if args.only in w.key]
+    with tempfile.TemporaryDirectory(prefix="hw-peer-") as tmp:
+        for brokers, rf in ((1, 1), (3, 3)):
+            sel = [w for w in ws if w.rf == rf]
+            if sel:
+                run_cluster(args.out, sel, brokers, args.quick, args.max_seconds, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
