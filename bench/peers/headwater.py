@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -224,15 +225,24 @@ async def _e2e_producer(args: argparse.Namespace) -> None:
         sent = 0
         npool = len(pool)
         send, stamp, topic = p.send, common.stamp, args.topic
+        acked: list[int] = []  # stamp-to-ack latency of every 16th record (ns)
+
+        def on_ack(t0: int) -> Callable[[object], None]:
+            return lambda _f: acked.append(time.monotonic_ns() - t0)
+
         while sent < n:
             d = pacer.delay(step)
             if d > 0:
                 await asyncio.sleep(d)
             for _ in range(step):
-                await send(topic, stamp(pool[sent % npool]))
+                value = stamp(pool[sent % npool])
+                fut = await send(topic, value)
+                if sent % 16 == 0:
+                    fut.add_done_callback(on_ack(common.STAMP.unpack_from(value)[0]))
                 sent += 1
         await p.flush()
-    print(json.dumps({"sent": sent + 1}), flush=True)
+    ack = common.percentiles_ms(acked)
+    print(json.dumps({"sent": sent + 1, "ack_latency_ms": ack}), flush=True)
 
 
 async def _e2e_consumer(args: argparse.Namespace) -> None:
@@ -271,7 +281,9 @@ async def _e2e_consumer(args: argparse.Namespace) -> None:
     np.save(args.samples, np.asarray(ages, dtype=np.int64))
 
 
-def e2e(bootstrap: str, w: Workload, seconds: float, tmp: Path) -> Row:
+def e2e(
+    bootstrap: str, w: Workload, seconds: float, tmp: Path, linger_ms: float = E2E_LINGER_MS
+) -> Row:
     assert w.rate_mb_s
     topic = _topic(w)
 
@@ -300,7 +312,11 @@ def e2e(bootstrap: str, w: Workload, seconds: float, tmp: Path) -> Row:
                 raise RuntimeError("e2e consumer did not start")
             time.sleep(0.05)
         producer = subprocess.Popen(
-            [*base, "--role", "e2e-producer", "--acks", _acks(w), "--rate-mb-s", str(w.rate_mb_s)],
+            [
+                *base,
+                *("--role", "e2e-producer", "--acks", _acks(w)),
+                *("--rate-mb-s", str(w.rate_mb_s), "--linger-ms", str(linger_ms)),
+            ],
             stdout=subprocess.PIPE,
         )
         out, _ = producer.communicate(timeout=seconds + 120)
@@ -315,7 +331,8 @@ def e2e(bootstrap: str, w: Workload, seconds: float, tmp: Path) -> Row:
             if proc is not None and proc.poll() is None:
                 proc.kill()  # by PID
                 proc.wait()
-    sent = json.loads(out.decode().strip().splitlines()[-1])["sent"]
+    report = json.loads(out.decode().strip().splitlines()[-1])
+    sent = report["sent"]
     ages = np.load(samples)
     return Row.of(
         SYSTEM,
@@ -327,10 +344,14 @@ def e2e(bootstrap: str, w: Workload, seconds: float, tmp: Path) -> Row:
         config=CONFIG,
         note=(
             f"producer process send() per record paced to {w.rate_mb_s:g} MB/s "
-            f"(linger_ms {E2E_LINGER_MS:g}), consumer process poll_batches; "
+            f"(linger_ms {linger_ms:g}), consumer process poll_batches; "
             f"{len(ages)} of {sent} records received"
         ),
-        extra={"sent": sent, "linger_ms": E2E_LINGER_MS},
+        extra={
+            "sent": sent,
+            "linger_ms": linger_ms,
+            "producer_ack_latency_ms": report["ack_latency_ms"],
+        },
     )
 
 
