@@ -29,8 +29,9 @@ Mapping of the workload matrix:
   quorum (2 of 3, the leader included) stored it. There is no leader-only ack and no
   all-replicas ack: acks=1 and acks=all are the same publish with R1 (note says so); with R3
   both are the quorum ack (note says so).
-* consume: a pull consumer per stream (AckNone, DeliverAll) fetching batches of up to 5000 from
-  the start, until the produce-max acks=1 streams are read.
+* consume: an ordered push consumer per stream (AckNone, DeliverAll, flow control) from the
+  start, until the produce-max acks=1 streams are read (with nats-py this delivered ~3x the
+  rate of a pull consumer fetching batches of 5000).
 * produce-fixed / e2e: 10 MB/s in bursts of 10 async publishes per millisecond; per-record
   latency = publish to ack. e2e values carry :func:`stamp`; a consumer in another process
   (this file, ``--e2e-consumer``) reads with an ordered push consumer and records
@@ -52,6 +53,7 @@ if str(_ROOT) not in sys.path:
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
@@ -83,7 +85,6 @@ SYSTEM = "nats"
 CLIENT = "python nats-py"
 WINDOW = 1000
 WINDOWS_IN_FLIGHT = 4
-FETCH = 5000
 FIXED_BATCH = 10
 
 
@@ -217,22 +218,28 @@ async def produce_max(url: str, w: Workload, n: int, max_s: float) -> tuple[int,
 
 
 async def consume(url: str, w: Workload, expected: int, max_s: float) -> tuple[int, float]:
+    """An ordered push consumer per stream from the first message (flow control on; nats-py
+    delivers to a callback about 3x faster here than pull ``fetch`` batches)."""
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        cfg = api.ConsumerConfig(
-            ack_policy=api.AckPolicy.NONE, deliver_policy=api.DeliverPolicy.ALL
-        )
         t0 = time.monotonic()
-        deadline = t0 + max_s
 
         async def one(stream: str, subject: str) -> int:
             total = (await js.stream_info(stream)).state.messages
-            sub = await js.pull_subscribe(subject, stream=stream, config=cfg)
             got = 0
-            while got < total and time.monotonic() < deadline:
-                msgs = await sub.fetch(min(FETCH, total - got), timeout=5)
-                got += len(msgs)
+            done = asyncio.Event()
+
+            async def on_msg(msg: object) -> None:
+                nonlocal got
+                got += 1
+                if got >= total:
+                    done.set()
+
+            sub = await js.subscribe(subject, cb=on_msg, ordered_consumer=True)
+            if total:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), max(0.0, t0 + max_s - time.monotonic()))
             await sub.unsubscribe()
             return got
 
@@ -416,7 +423,9 @@ def main() -> int:
                     elif w.kind == "consume":
                         expected = produced.pop((w.partitions, w.record_size), 0)
                         got, secs = asyncio.run(consume(url, w, expected, args.max_seconds))
-                        note = f"pull consumer per stream (AckNone), fetch batches of {FETCH}"
+                        note = (
+                            "ordered push consumer per stream (AckNone, flow control), from start"
+                        )
                         emit(Row.of(SYSTEM, CLIENT, w, got, secs, note=note))
                         asyncio.run(delete_streams(url, _streams(w)))
                     elif w.kind == "produce-fixed":
