@@ -37,6 +37,12 @@ Mapping of the workload matrix:
   (this file, ``--e2e-consumer``) reads with an ordered push consumer and records
   :func:`age_ns` on arrival (JetStream delivers a message only after it is stored, with R3
   after the quorum).
+* native rows (client "nats bench"): ``nats bench js pub async`` (Go client, batches of 500
+  async publishes) for produce-max p=1 (acks=1 with rf=1, acks=all with rf=3) and
+  ``nats bench js ordered`` for consume p=1; the ``nats`` CLI is built once with
+  ``go install github.com/nats-io/natscli/nats@v0.5.1`` (Go module proxy) into
+  cache_dir('natscli'); ``--no-native`` skips them. These runs are ``record_count()`` messages
+  (not cut by ``--max-seconds``).
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ from bench.peers.common import (  # noqa: E402
     Workload,
     age_ns,
     append_row,
+    cache_dir,
     payload_pool,
     percentiles_ms,
     record_count,
@@ -356,6 +363,71 @@ def run_e2e(url: str, w: Workload, seconds: float, tmp: Path) -> Row:
     )
 
 
+NATSCLI_VERSION = "v0.5.1"
+NATIVE = "nats bench"
+
+
+def natscli() -> Path | None:
+    """The ``nats`` CLI (for ``nats bench``), built once from the Go module proxy into
+    cache_dir('natscli'); None (and why) when there is no Go toolchain or the build fails."""
+    exe = cache_dir("natscli") / "nats"
+    if exe.exists():
+        return exe
+    if not shutil.which("go"):
+        print("nats bench rows skipped: no Go toolchain to build natscli", file=sys.stderr)
+        return None
+    pkg = f"github.com/nats-io/natscli/nats@{NATSCLI_VERSION}"
+    print(f"building {pkg} (GOFLAGS=-p=1, nice)", file=sys.stderr, flush=True)
+    env = dict(os.environ, GOBIN=str(exe.parent), GOFLAGS="-p=1")
+    r = subprocess.run(["nice", "-n", "10", "go", "install", pkg], env=env, check=False)
+    if r.returncode != 0 or not exe.exists():
+        print("nats bench rows skipped: natscli build failed", file=sys.stderr)
+        return None
+    return exe
+
+
+def _bench_csv(exe: Path, url: str, argv: list[str], timeout: float) -> dict[str, str] | None:
+    with tempfile.NamedTemporaryFile(suffix=".csv") as f:
+        cmd = [str(exe), "-s", url, "bench", "js", *argv, "--no-progress", "--csv", f.name]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            print(f"nats bench timed out: {' '.join(argv[:2])}", file=sys.stderr)
+            return None
+        lines = [ln for ln in Path(f.name).read_text().splitlines() if ln.strip()]
+    if r.returncode != 0 or len(lines) < 2:
+        print(f"nats bench failed: {r.stderr[-500:]}", file=sys.stderr)
+        return None
+    return dict(zip(lines[0].lstrip("#").split(","), lines[1].split(","), strict=False))
+
+
+def native_rows(exe: Path, url: str, w: Workload, n: int, max_s: float) -> list[Row]:
+    """``nats bench js pub async`` into a fresh R``rf`` file stream (default batch of 500
+    async publishes) and, for rf=1, ``nats bench js ordered`` reading it back."""
+    stream, subject = f"native_{w.record_size}_{w.acks}_{w.rf}", f"native.{w.record_size}"
+    size, timeout = f"{w.record_size}B", max_s * 4 + 60
+    pub = ["pub", "async", subject, "--create", "--stream", stream, "--storage", "file"]
+    pub += ["--replicas", str(w.rf), "--maxbytes", "8GB", "--msgs", str(n), "--size", size]
+    got = _bench_csv(exe, url, pub, timeout)
+    if got is None:
+        return []
+    lat = {
+        k: float(got[f"{c}LatencyMicroSecs"]) / 1000
+        for k, c in (("p50", "P50"), ("p99", "P99"), ("p999", "P99.9"), ("max", "Max"))
+    }
+    note = "nats bench js pub async (batch 500), file stream R" + f"{w.rf}; {_acks_note(w)}"
+    rows = [Row.of(SYSTEM, NATIVE, w, n, float(got["DurationSecs"]), latency_ms=lat, note=note)]
+    if w.rf == 1 and w.acks == "1":
+        cw = Workload("consume", w.partitions, w.record_size, "1", 1)
+        ordered = ["ordered", "--stream", stream, "--msgs", str(n), "--size", size]
+        got = _bench_csv(exe, url, ordered, timeout)
+        if got is not None:
+            note = "nats bench js ordered (ephemeral ordered consumer)"
+            rows.append(Row.of(SYSTEM, NATIVE, cw, n, float(got["DurationSecs"]), note=note))
+    asyncio.run(delete_streams(url, [(stream, subject)]))
+    return rows
+
+
 def _acks_note(w: Workload) -> str:
     if w.rf == 1:
         return "acks: publish ack after the R1 stream stored it" + (
@@ -370,6 +442,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-rf3", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=30)
+    ap.add_argument("--no-native", action="store_true", help="skip the nats bench rows")
     ap.add_argument("--e2e-consumer", nargs=3, metavar=("URL", "SUBJECT", "SAMPLES"))
     args = ap.parse_args()
     if args.e2e_consumer:
@@ -380,6 +453,7 @@ def main() -> int:
         ap.error("--out is required")
     ensure_installed()
     fixed_s = 5 if args.quick else FIXED_RATE_SECONDS
+    exe = None if args.no_native else natscli()
     all_w = workloads(include_rf3=not args.no_rf3)
     produced: dict[tuple[int, int], int] = {}
 
@@ -420,6 +494,9 @@ def main() -> int:
                             produced[(w.partitions, w.record_size)] = sent  # read by consume
                         else:
                             asyncio.run(delete_streams(url, _streams(w)))
+                        if exe and w.partitions == 1 and w.acks == ("1" if rf == 1 else "all"):
+                            for row in native_rows(exe, url, w, n, args.max_seconds):
+                                emit(row)
                     elif w.kind == "consume":
                         expected = produced.pop((w.partitions, w.record_size), 0)
                         got, secs = asyncio.run(consume(url, w, expected, args.max_seconds))
