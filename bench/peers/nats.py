@@ -62,6 +62,7 @@ import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -452,6 +453,8 @@ def main() -> int:
     if args.out is None:
         ap.error("--out is required")
     ensure_installed()
+    # a SIGTERM (e.g. from the orchestrator) unwinds through the finally blocks that stop servers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     fixed_s = 5 if args.quick else FIXED_RATE_SECONDS
     exe = None if args.no_native else natscli()
     all_w = workloads(include_rf3=not args.no_rf3)

@@ -55,6 +55,7 @@ if str(_ROOT) not in sys.path:
 import argparse  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -324,6 +325,8 @@ def main() -> int:
     if args.out is None:
         ap.error("--out is required")
     ensure_installed()
+    # a SIGTERM (e.g. from the orchestrator) unwinds through the finally blocks that stop servers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     config = f"aof-{args.fsync}"
     fixed_s = 5 if args.quick else FIXED_RATE_SECONDS
     all_w = workloads(include_rf3=not args.no_rf3)
