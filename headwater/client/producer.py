@@ -354,7 +354,9 @@ class AsyncProducer:
 
     async def commit_transaction(self) -> None:
         """Flush, then commit. If a send of the transaction failed, raises
-        :class:`InvalidTxnStateError` (the cause is the failure): call abort_transaction()."""
+        :class:`InvalidTxnStateError` (the cause is the failure): call abort_transaction().
+        A retriable error (e.g. :class:`RequestTimedOutError`) leaves the outcome unknown: call
+        commit_transaction() again (abort_transaction() then raises InvalidTxnStateError)."""
         await self._txn_manager().commit(self.flush)
 
     async def abort_transaction(self) -> None:

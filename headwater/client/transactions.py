@@ -13,6 +13,10 @@ States::
     (ENDING while commit/abort runs: the sender drains nothing)
     IN_TRANSACTION --a send fails--> the abortable error is set: commit() raises it, send()
                                       raises it, only abort() leaves
+    ENDING --EndTxn fails retriably (timeout, coordinator moving)--> ENDING, ``unfinished`` =
+           the outcome sent: only the same call (commit() again, or abort() again) re-sends
+           it; the other one raises InvalidTxnStateError (Kafka's rule: the coordinator may
+           already be writing that outcome's markers)
     any --PRODUCER_FENCED / INVALID_PRODUCER_EPOCH / fatal sequence error--> failed (Sequencer)
 
 Partitions: the sender drains a partition only once it is in the transaction
@@ -122,6 +126,8 @@ class TransactionManager(Gate):
         self.pending: set[TopicPartition] = set()
         self.has_offsets = False
         self.abortable_error: errors.HeadwaterError | BaseException | None = None
+        # the outcome of an EndTxn sent without a definite answer (True: commit)
+        self.unfinished: bool | None = None
         self.wake_sender: Callable[[], None] = lambda: None
         self._add_task: asyncio.Task[None] | None = None
         acc.on_fail = self._batch_failed
@@ -241,6 +247,7 @@ class TransactionManager(Gate):
 
     def begin(self) -> None:
         self.seq.check()
+        self._check_unfinished(None)
         if self.state is not TxnState.READY:
             raise errors.InvalidTxnStateError(
                 f"begin_transaction() in state {self.state.value} (needs init_transactions() "
@@ -299,8 +306,29 @@ class TransactionManager(Gate):
             self._record(exc)
             raise
 
+    def _check_unfinished(self, commit: bool | None) -> bool:
+        """True when an EndTxn(``commit``) must be re-sent; raises when another outcome's
+        EndTxn is unanswered (``commit`` None: begin_transaction())."""
+        if self.unfinished is None:
+            return False
+        if self.unfinished is commit:
+            return True
+        name = "commit_transaction()" if self.unfinished else "abort_transaction()"
+        raise errors.InvalidTxnStateError(
+            f"the previous {name} was not answered (its outcome may already be being written):"
+            f" call {name} again"
+        )
+
     async def commit(self, flush: Callable[[], Any]) -> None:
-        """Flush, then EndTxn(commit); raises the abortable error instead when a send failed."""
+        """Flush, then EndTxn(commit); raises the abortable error instead when a send failed.
+
+        A retriable error (RequestTimedOutError: the coordinator writes the markers before
+        answering, and a partition leader may be failing over) leaves the outcome unknown:
+        call commit() again, which re-sends EndTxn(commit) (answered success once done)."""
+        self.seq.check()
+        if self._check_unfinished(True):
+            await self._end(True)
+            return
         self._require_ongoing("commit_transaction()")
         if self.abortable_error is None:
             await flush()
@@ -312,6 +340,9 @@ class TransactionManager(Gate):
     async def abort(self) -> None:
         """Drop queued batches, await in-flight ones, EndTxn(abort)."""
         self.seq.check()
+        if self._check_unfinished(False):
+            await self._end(False)
+            return
         if self.state is not TxnState.IN_TRANSACTION:
             raise errors.InvalidTxnStateError("abort_transaction() needs an ongoing transaction")
         self.state = TxnState.ENDING  # the sender drains nothing more (may_send)
@@ -349,6 +380,14 @@ class TransactionManager(Gate):
         except errors.HeadwaterError as exc:
             if is_fatal(exc):
                 self.seq.fail(exc)
+            elif exc.retriable:
+                # the coordinator may have this EndTxn (it answers once the markers are
+                # written): only the same outcome may be asked for again
+                self.unfinished = commit
+                log.warning(
+                    "transaction %s: EndTxn(%s) not answered (%s); the outcome is unknown until"
+                    " it is re-sent", self.transactional_id, "commit" if commit else "abort", exc,
+                )  # fmt: skip
             else:
                 self.state = TxnState.IN_TRANSACTION  # the application may retry or abort
                 if commit:
@@ -362,6 +401,7 @@ class TransactionManager(Gate):
         self.pending.clear()
         self.has_offsets = False
         self.abortable_error = None
+        self.unfinished = None
         self.state = TxnState.READY
 
 

@@ -256,6 +256,52 @@ def test_fenced_end_txn_is_fatal() -> None:
     run(go)
 
 
+def test_unanswered_commit_is_only_re_sent_never_aborted() -> None:
+    """A commit whose EndTxn timed out (the coordinator answers once every marker is written,
+    which waits out a leader's failover) may be committing: abort() and begin() refuse, and
+    commit() again re-sends EndTxn(commit) at the same epoch. Before, abort() sent
+    EndTxn(abort), which the coordinator answers PRODUCER_FENCED once the commit completed:
+    a fatal error (the bounce test's copier exited 3 and copied nothing more)."""
+
+    async def go() -> None:
+        tm, fake, seq, _acc = make()
+        await tm.init()
+        tm.begin()
+        tm.added.add(TP)
+        fake.errors["EndTxn"] = ErrorCode.REQUEST_TIMED_OUT
+        with pytest.raises(errors.RequestTimedOutError):
+            await tm.commit(noop_flush)
+        with pytest.raises(errors.InvalidTxnStateError, match="call commit_transaction"):
+            await tm.abort()
+        with pytest.raises(errors.InvalidTxnStateError, match="call commit_transaction"):
+            tm.begin()
+        await tm.commit(noop_flush)
+        ends = [r for m, r in fake.calls if m == "EndTxn"]
+        assert [(r.committed, r.producer_epoch) for r in ends] == [(True, 0), (True, 0)]
+        assert tm.state is TxnState.READY and seq.epoch == 1
+        tm.begin()  # the next transaction starts normally
+
+    run(go)
+
+
+def test_unanswered_abort_is_re_sent_by_abort() -> None:
+    async def go() -> None:
+        tm, fake, _seq, _acc = make()
+        await tm.init()
+        tm.begin()
+        tm.added.add(TP)
+        fake.errors["EndTxn"] = ErrorCode.REQUEST_TIMED_OUT
+        with pytest.raises(errors.RequestTimedOutError):
+            await tm.abort()
+        with pytest.raises(errors.InvalidTxnStateError, match="call abort_transaction"):
+            await tm.commit(noop_flush)
+        await tm.abort()
+        ends = [r.committed for m, r in fake.calls if m == "EndTxn"]
+        assert ends == [False, False] and tm.state is TxnState.READY
+
+    run(go)
+
+
 def test_send_offsets_adds_the_group_then_commits_offsets_to_it() -> None:
     async def go() -> None:
         tm, fake, _seq, _acc = make()

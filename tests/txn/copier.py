@@ -9,11 +9,13 @@ them, then ``commit_transaction``. Before each commit it appends ``<txn> <unix t
 (flushed and fsynced), so the test can prove no record was visible before its transaction's
 commit began.
 
-On an abortable error it aborts and rewinds to the committed offsets; on a fatal one (fenced by
-a newer incarnation, out-of-order sequence) it exits 3. With ``--abort-every K`` every Kth
-transaction is aborted on purpose after its records were written (so aborted data certainly
-exists). SIGTERM is a clean stop: the current transaction is finished, then the producer and
-consumer close (exit 0).
+A commit whose answer is lost (a retriable error, e.g. a timeout while a partition's leader
+fails over) is committed again: once EndTxn(commit) was sent only that outcome may be asked
+for (Kafka's rule). On an abortable error it aborts and rewinds to the committed offsets; on
+a fatal one (fenced by a newer incarnation, out-of-order sequence) it exits 3. With
+``--abort-every K`` every Kth transaction is aborted on purpose after its records were written
+(so aborted data certainly exists). SIGTERM is a clean stop: the current transaction is
+finished, then the producer and consumer close (exit 0).
 """
 
 from __future__ import annotations
@@ -42,6 +44,19 @@ async def rewind(consumer: AsyncConsumer, tps: list[TopicPartition]) -> None:
             await consumer.seek_to_beginning(tp)
         else:
             consumer.seek(tp, offset)
+
+
+async def commit(producer: AsyncProducer, txn: str) -> None:
+    """commit_transaction(), re-sent while its answer is lost (a retriable error: the
+    coordinator answers once the markers are written, and a leader may be failing over)."""
+    while True:
+        try:
+            await producer.commit_transaction()
+            return
+        except errors.HeadwaterError as exc:
+            if not exc.retriable:
+                raise
+            log.warning("commit of %s not answered (%s); committing again", txn, exc)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -91,7 +106,7 @@ async def run(args: argparse.Namespace) -> int:
                 out.write(f"{txn} {time.time():.6f}\n")
                 out.flush()
                 os.fsync(out.fileno())
-                await producer.commit_transaction()
+                await commit(producer, txn)
             except FATAL as exc:
                 log.error("fatal: %s", exc)
                 return 3
