@@ -44,8 +44,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -220,6 +222,7 @@ async def _e2e_producer(args: argparse.Namespace) -> None:
         client_id="headwater-e2e-producer",
     ) as p:
         await p.send_and_wait(args.topic, common.stamp(pool[0]))  # metadata + connection
+        gc.freeze()  # no full-collection pauses over what exists now (docstring)
         pacer = common.Pacer(rate)
         step = max(1, int(rate / 2000))  # check the schedule every ~0.5 ms worth of records
         sent = 0
@@ -242,7 +245,9 @@ async def _e2e_producer(args: argparse.Namespace) -> None:
                 sent += 1
         await p.flush()
     ack = common.percentiles_ms(acked)
-    print(json.dumps({"sent": sent + 1, "ack_latency_ms": ack}), flush=True)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    report = {"sent": sent + 1, "ack_latency_ms": ack, "cpu_s": ru.ru_utime + ru.ru_stime}
+    print(json.dumps(report), flush=True)
 
 
 async def _e2e_consumer(args: argparse.Namespace) -> None:
@@ -259,6 +264,7 @@ async def _e2e_consumer(args: argparse.Namespace) -> None:
     try:
         c.assign([TopicPartition(args.topic, 0)])
         await c.poll_batches(timeout_ms=200)
+        gc.freeze()
         Path(args.ready_file).write_text("ready")
         deadline = time.monotonic() + args.seconds + 60
         idle_since: float | None = None
@@ -279,6 +285,8 @@ async def _e2e_consumer(args: argparse.Namespace) -> None:
     finally:
         await c.close()
     np.save(args.samples, np.asarray(ages, dtype=np.int64))
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    Path(args.samples + ".cpu").write_text(str(ru.ru_utime + ru.ru_stime))
 
 
 def e2e(
@@ -351,6 +359,8 @@ def e2e(
             "sent": sent,
             "linger_ms": linger_ms,
             "producer_ack_latency_ms": report["ack_latency_ms"],
+            "producer_cpu_s": report["cpu_s"],
+            "consumer_cpu_s": float(Path(str(samples) + ".cpu").read_text()),
         },
     )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import math
 import random
 import string
@@ -131,6 +132,7 @@ async def produce(args: argparse.Namespace) -> int:
     ) as p:
         await p.send_many(args.topic, pool[:10])  # warm up metadata and connections
         await p.flush()
+        gc.freeze()  # what exists now is never garbage: no full-collection pauses over it
         futures: list[asyncio.Future[object]] = []
         rate = args.throughput if args.throughput > 0 else 0.0
         deadline = math.inf if args.max_seconds <= 0 else loop.time() + args.max_seconds
@@ -206,6 +208,7 @@ async def consume(args: argparse.Namespace) -> int:
         info = await md.wait_for_topic(args.topic, 10.0)
         c.assign([TopicPartition(args.topic, p) for p in sorted(info.partitions)])
         await c.seek_to_beginning()
+        gc.freeze()
         count = nbytes = 0
         start = time.perf_counter()
         deadline = math.inf if args.max_seconds <= 0 else start + args.max_seconds
