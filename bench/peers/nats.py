@@ -459,6 +459,7 @@ def main() -> int:
     exe = None if args.no_native else natscli()
     all_w = workloads(include_rf3=not args.no_rf3)
     produced: dict[tuple[int, int], int] = {}
+    failed = 0
 
     def emit(row: Row) -> None:
         row.config = "file-default"
@@ -474,61 +475,63 @@ def main() -> int:
         for rf in sorted({w.rf for w in all_w}):
             with cluster(Path(tmp) / f"rf{rf}", rf) as url:
                 for w in (w for w in all_w if w.rf == rf):
-                    n = record_count(w.record_size, args.quick)
-                    if w.kind == "produce-max":
-                        sent, secs, lat = asyncio.run(produce_max(url, w, n, args.max_seconds))
-                        note = (
-                            f"{w.partitions} stream(s) R{rf}, file storage; publish_async, "
-                            f"{WINDOW * WINDOWS_IN_FLIGHT} in flight; latency per window of "
-                            f"{WINDOW}; {_acks_note(w)}"
-                        )
-                        emit(
-                            Row.of(
-                                SYSTEM,
-                                CLIENT,
-                                w,
-                                sent,
-                                secs,
-                                latency_ms=percentiles_ms(lat),
-                                note=note,
+                    try:
+                        n = record_count(w.record_size, args.quick)
+                        if w.kind == "produce-max":
+                            sent, secs, lat = asyncio.run(produce_max(url, w, n, args.max_seconds))
+                            note = (
+                                f"{w.partitions} stream(s) R{rf}, file storage; publish_async, "
+                                f"{WINDOW * WINDOWS_IN_FLIGHT} in flight; latency per window of "
+                                f"{WINDOW}; {_acks_note(w)}"
                             )
-                        )
-                        if w.acks == "1" and rf == 1:
-                            produced[(w.partitions, w.record_size)] = sent  # read by consume
-                        else:
+                            emit(
+                                Row.of(
+                                    SYSTEM,
+                                    CLIENT,
+                                    w,
+                                    sent,
+                                    secs,
+                                    latency_ms=percentiles_ms(lat),
+                                    note=note,
+                                )
+                            )
+                            if w.acks == "1" and rf == 1:
+                                produced[(w.partitions, w.record_size)] = sent  # read by consume
+                            else:
+                                asyncio.run(delete_streams(url, _streams(w)))
+                            if exe and w.partitions == 1 and w.acks == ("1" if rf == 1 else "all"):
+                                for row in native_rows(exe, url, w, n, args.max_seconds):
+                                    emit(row)
+                        elif w.kind == "consume":
+                            expected = produced.pop((w.partitions, w.record_size), 0)
+                            got, secs = asyncio.run(consume(url, w, expected, args.max_seconds))
+                            note = "ordered push consumer per stream (AckNone), from the start"
+                            emit(Row.of(SYSTEM, CLIENT, w, got, secs, note=note))
                             asyncio.run(delete_streams(url, _streams(w)))
-                        if exe and w.partitions == 1 and w.acks == ("1" if rf == 1 else "all"):
-                            for row in native_rows(exe, url, w, n, args.max_seconds):
-                                emit(row)
-                    elif w.kind == "consume":
-                        expected = produced.pop((w.partitions, w.record_size), 0)
-                        got, secs = asyncio.run(consume(url, w, expected, args.max_seconds))
-                        note = (
-                            "ordered push consumer per stream (AckNone, flow control), from start"
-                        )
-                        emit(Row.of(SYSTEM, CLIENT, w, got, secs, note=note))
-                        asyncio.run(delete_streams(url, _streams(w)))
-                    elif w.kind == "produce-fixed":
-                        sent, secs, lat = asyncio.run(
-                            produce_paced(url, w, fixed_s, stamped=False, tag="fixed")
-                        )
-                        note = "10 async publishes per ms at 10 MB/s; per-record publish-to-ack"
-                        emit(
-                            Row.of(
-                                SYSTEM,
-                                CLIENT,
-                                w,
-                                sent,
-                                secs,
-                                latency_ms=percentiles_ms(lat),
-                                note=note,
+                        elif w.kind == "produce-fixed":
+                            sent, secs, lat = asyncio.run(
+                                produce_paced(url, w, fixed_s, stamped=False, tag="fixed")
                             )
-                        )
-                    elif w.kind == "e2e":
-                        emit(run_e2e(url, w, fixed_s, Path(tmp)))
-                    else:
-                        print(f"nats: skipping {w.key}: unknown kind", file=sys.stderr)
-    return 0
+                            note = "10 async publishes per ms at 10 MB/s; per-record publish-to-ack"
+                            emit(
+                                Row.of(
+                                    SYSTEM,
+                                    CLIENT,
+                                    w,
+                                    sent,
+                                    secs,
+                                    latency_ms=percentiles_ms(lat),
+                                    note=note,
+                                )
+                            )
+                        elif w.kind == "e2e":
+                            emit(run_e2e(url, w, fixed_s, Path(tmp)))
+                        else:
+                            print(f"nats: skipping {w.key}: unknown kind", file=sys.stderr)
+                    except Exception as e:  # one failed row must not lose the others
+                        print(f"nats: {w.key} failed: {e!r}", file=sys.stderr, flush=True)
+                        failed += 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
