@@ -37,10 +37,11 @@ Clients:
   MB = 10**6 (the tool prints MiB). ``--max-seconds`` caps the tool's wall time plus 10 s for
   the JVM start; stopped early, the row sums the tool's 1 s report windows (no percentiles).
   ConsumerPerformance: the figure is ``fetch.nMsg.sec`` (fetch time, group join excluded; the
-  total including the join is in ``extra``). produce-fixed rows are Java only, e2e rows are
-  Python only (ProducerPerformance cannot stamp values).
-* ``python confluent-kafka`` (PyPI wheel bundling librdkafka): produce-max (delivery report
-  latencies from ``Message.latency()``), consume (``assign`` from the beginning, no group join),
+  total including the join is in ``extra``). e2e rows are Python only (ProducerPerformance
+  cannot stamp values).
+* ``python confluent-kafka`` (PyPI wheel bundling librdkafka): produce-max and produce-fixed
+  (delivery report latencies from ``Message.latency()``; produce-fixed paced by
+  :class:`Pacer`), consume (``assign`` from the beginning, no group join),
   e2e (a producer process paced by :class:`Pacer` with :func:`stamp` values, the consumer in
   this process computing :func:`age_ns` per record).
 
@@ -65,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
 import re
 import shutil
 import subprocess
@@ -291,6 +293,21 @@ class KafkaCluster:
         )
         if r.returncode != 0:
             raise RuntimeError(f"create topic {name} failed:\n{r.stdout}\n{r.stderr}")
+        if os.environ.get("KAFKA_BENCH_DESCRIBE"):
+            d = subprocess.run(
+                java_argv(
+                    self.libs,
+                    "org.apache.kafka.tools.TopicCommand",
+                    "--bootstrap-server",
+                    self.bootstrap,
+                    "--describe",
+                    "--topic",
+                    name,
+                ),
+                capture_output=True,
+                text=True,
+            )
+            log(d.stdout.strip())
 
 
 @contextmanager
@@ -516,6 +533,50 @@ def py_produce_max(c: KafkaCluster, w: Workload, quick: bool, max_seconds: float
     )
 
 
+def py_produce_fixed(c: KafkaCluster, w: Workload, quick: bool) -> Row:
+    """Paced at ``w.rate_mb_s`` with :class:`Pacer`; ack latency from the delivery reports."""
+    from confluent_kafka import Producer
+
+    assert w.rate_mb_s is not None
+    topic = topic_name(PY_CLIENT, w)
+    c.create_topic(topic, w.partitions, w.rf)
+    pool = payload_pool(w.record_size)
+    seconds = 5 if quick else FIXED_RATE_SECONDS
+    lat: list[float] = []
+    errors: list[str] = []
+
+    def on_delivery(err: object, msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            lat.append(msg.latency())  # type: ignore[attr-defined]
+
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": w.acks, **RDK_LATENCY})
+    pacer = Pacer(w.rate_mb_s * MB / w.record_size)
+    t0 = time.monotonic()
+    end = t0 + seconds
+    i = 0
+    while time.monotonic() < end:
+        pacer.wait(1)
+        p.produce(topic, pool[i % len(pool)], on_delivery=on_delivery)
+        i += 1
+        p.poll(0)
+    p.flush(60)
+    secs = time.monotonic() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
+    return Row.of(
+        SYSTEM,
+        PY_CLIENT,
+        w,
+        len(lat),
+        secs,
+        latency_ms=percentiles_ms(np.asarray(lat) * 1e9),
+        config=f"{CONFIG}/latency",
+        note="paced with Pacer; delivery-report latency (Message.latency())",
+    )
+
+
 def py_consume(c: KafkaCluster, w: Workload, expected: int, max_seconds: float) -> Row:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -713,12 +774,16 @@ def main() -> None:
                                 if java
                                 else py_consume(c, w, produced[k], a.max_seconds)
                             )
-                        elif w.kind == "produce-fixed" and java:
-                            r = java_produce(c, w, a.quick, a.max_seconds, client_heap)
+                        elif w.kind == "produce-fixed":
+                            r = (
+                                java_produce(c, w, a.quick, a.max_seconds, client_heap)
+                                if java
+                                else py_produce_fixed(c, w, a.quick)
+                            )
                         elif w.kind == "e2e" and not java:
                             r = py_e2e(c, w, a.quick)
                         else:
-                            continue  # produce-fixed: java only; e2e: python only
+                            continue  # e2e: python only
                     except Exception as e:  # one failed row must not lose the others
                         log(f"FAILED {client} {w.key}: {e!r}")
                         continue
