@@ -35,9 +35,19 @@ Configuration (``Row.config``):
   ``batch_size`` 1 MiB, ``linger_ms`` 5, ``max_in_flight`` 5, no compression (docs/benchmarks.md
   "throughput"); consumer ``max_partition_fetch_bytes`` 4 MiB. For durability the documented
   setting is RF=3 with acks=all (docs/replication.md): the RF=3 rows.
-* e2e: producer ``linger_ms`` 0 (a latency workload; Kafka's EndToEndLatency tool also sends
-  with ``linger.ms`` 0), ``batch_size`` 1 MiB; consumer ``fetch_max_wait_ms`` 500 (the broker
-  answers a parked fetch as soon as data is appended), ``fetch_min_bytes`` 1.
+* ``latency (linger_ms 0)`` / ``defaults (linger_ms 5)`` — produce-fixed and e2e run twice:
+  with the producer's ``linger_ms`` 0 (Kafka's latency setting, Confluent "Optimize for
+  latency"; bench/peers/kafka.py uses it for these rows) and with the client's default 5 ms.
+  e2e consumer: ``fetch_max_wait_ms`` 500, ``fetch_min_bytes`` 1 (a Fetch is a stream the
+  broker answers as soon as data is appended; the wait only bounds an empty answer).
+
+Warmup: the first 10% of each run's records are sent but left out of the figures (as
+bench/peers/kafka.py does with ProducerPerformance ``--warmup-records``); e2e rows keep the
+whole run's percentiles in ``extra["latency_ms_with_warmup"]``. The e2e producer and consumer
+processes (and ``headwater bench``) call ``gc.freeze()`` after their set-up, as the broker does
+once serving: full GC collections otherwise walk every start-up object (15-90 ms pauses
+measured on the shared 2-vCPU VM). e2e rows also carry the producer's ack latency and the
+CPU seconds of the producer and consumer processes in ``extra``.
 """
 
 from __future__ import annotations
@@ -68,6 +78,9 @@ from bench.peers.common import MB, Row, Workload  # noqa: E402
 SYSTEM = "headwater"
 CONFIG = "defaults"
 E2E_LINGER_MS = 0.0
+#: produce-fixed and e2e run once per producer linger: 0 (Kafka's latency setting, as
+#: bench/peers/kafka.py) and 5 (the client's default)
+LATENCY_LINGERS_MS = (0.0, 5.0)
 
 
 def _topic(w: Workload, suffix: str = "") -> str:
@@ -122,12 +135,14 @@ def produce_max(
         mode,
         "--max-seconds",
         str(max_s),
+        "--warmup-records",
+        str(n // 10),
     )
     note = (
         "send_many() of 10,000 records per call (bulk API); ack latency per call"
         if mode == "many"
         else "one send() per record; ack latency of every 64th record"
-    )
+    ) + "; first 10% of records = warmup, left out"
     row = Row.of(
         SYSTEM,
         "headwater bench",
@@ -169,17 +184,22 @@ def consume(bootstrap: str, w: Workload, topic: str, n: int, max_s: float) -> Ro
     )
 
 
-def produce_fixed(bootstrap: str, w: Workload, seconds: float) -> Row:
+def produce_fixed(bootstrap: str, w: Workload, seconds: float, linger_ms: float) -> Row:
     assert w.rate_mb_s
     rate = w.rate_mb_s * MB / w.record_size
+    n = int(rate * seconds)
     res = _bench(
         bootstrap,
         seconds + 300,
         "produce",
         "--topic",
-        _topic(w),
+        _topic(w, f"-linger{linger_ms:g}"),
         "--num-records",
-        str(int(rate * seconds)),
+        str(n),
+        "--warmup-records",
+        str(n // 10),
+        "--linger-ms",
+        str(linger_ms),
         "--record-size",
         str(w.record_size),
         "--acks",
@@ -200,10 +220,17 @@ def produce_fixed(bootstrap: str, w: Workload, seconds: float) -> Row:
         int(res["records"]),
         float(res["seconds"]),
         latency_ms=_latency(res),
-        config=CONFIG,
-        note=f"send() per record paced to {rate:,.0f} records/s; every ack's latency, linger_ms 5",
-        extra={"mode": "send"},
+        config=_latency_config(linger_ms),
+        note=(
+            f"send() per record paced to {rate:,.0f} records/s, linger_ms {linger_ms:g}; every "
+            "ack's latency; first 10% of records = warmup, left out"
+        ),
+        extra={"mode": "send", "linger_ms": linger_ms},
     )
+
+
+def _latency_config(linger_ms: float) -> str:
+    return "latency (linger_ms 0)" if linger_ms == 0 else f"defaults (linger_ms {linger_ms:g})"
 
 
 # --- e2e: two processes of this module -------------------------------------------------------
@@ -293,7 +320,7 @@ def e2e(
     bootstrap: str, w: Workload, seconds: float, tmp: Path, linger_ms: float = E2E_LINGER_MS
 ) -> Row:
     assert w.rate_mb_s
-    topic = _topic(w)
+    topic = _topic(w, f"-linger{linger_ms:g}")
 
     async def create() -> None:
         from headwater.client.admin import AsyncAdminClient
@@ -341,22 +368,24 @@ def e2e(
                 proc.wait()
     report = json.loads(out.decode().strip().splitlines()[-1])
     sent = report["sent"]
-    ages = np.load(samples)
+    everything = np.load(samples)
+    ages = everything[len(everything) // 10 :]  # the first 10% (in arrival order) = warmup
     return Row.of(
         SYSTEM,
         "python headwater",
         w,
         len(ages),
-        seconds,
+        seconds * len(ages) / max(1, len(everything)),  # the measured (post-warmup) part
         latency_ms=common.percentiles_ms(ages),
-        config=CONFIG,
+        config=_latency_config(linger_ms),
         note=(
             f"producer process send() per record paced to {w.rate_mb_s:g} MB/s "
-            f"(linger_ms {linger_ms:g}), consumer process poll_batches; "
-            f"{len(ages)} of {sent} records received"
+            f"(linger_ms {linger_ms:g}), consumer process poll_batches; {len(everything)} of "
+            f"{sent} records received, the first 10% = warmup, left out"
         ),
         extra={
             "sent": sent,
+            "latency_ms_with_warmup": common.percentiles_ms(everything),
             "linger_ms": linger_ms,
             "producer_ack_latency_ms": report["ack_latency_ms"],
             "producer_cpu_s": report["cpu_s"],
@@ -397,9 +426,11 @@ def run_cluster(
                         continue
                     rows.append(consume(boot, w, src, n, max_s))
                 elif w.kind == "produce-fixed":
-                    rows.append(produce_fixed(boot, w, fixed_s))
+                    for linger in LATENCY_LINGERS_MS:
+                        rows.append(produce_fixed(boot, w, fixed_s, linger))
                 elif w.kind == "e2e":
-                    rows.append(e2e(boot, w, fixed_s, tmp))
+                    for linger in LATENCY_LINGERS_MS:
+                        rows.append(e2e(boot, w, fixed_s, tmp, linger))
             except Exception as e:  # one failed row must not lose the others
                 print(f"[headwater] {w.key} FAILED: {e}", flush=True)
                 continue
@@ -407,7 +438,7 @@ def run_cluster(
                 common.append_row(out, row)
                 lat = row.latency_ms or {}
                 print(
-                    f"[headwater]   {row.client} {row.extra.get('mode', '')}: "
+                    f"[headwater]   {row.client} {row.extra.get('mode', '')} [{row.config}]: "
                     f"{row.records} records, {row.records_per_sec:,.0f} rec/s, "
                     f"{row.mb_per_sec:,.1f} MB/s"
                     + (

@@ -9,8 +9,9 @@ the clock starts).
 ``--throughput R`` paces the producer to R records/s (like Kafka's ProducerPerformance; -1, the
 default, = as fast as it goes); paced, every record's ack latency is sampled (``--mode send``)
 and ``--mode many`` sends chunks of at most 5 ms worth of records. ``--max-seconds`` stops a
-run early (the report gives the records actually sent or read). ``--replication-factor`` and
-``--partitions`` apply when the topic must be created.
+run early (the report gives the records actually sent or read). ``--warmup-records N``: the
+first N records are sent but left out of the figures (like ProducerPerformance's).
+``--replication-factor`` and ``--partitions`` apply when the topic must be created.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="records/s to pace the producer to (-1: as fast as possible)",
     )
     pp.add_argument("--max-seconds", type=float, default=0, help="stop after this long (0: no)")
+    pp.add_argument(
+        "--warmup-records",
+        type=int,
+        default=0,
+        help="records sent first and left out of the figures (clock and latency samples)",
+    )
     pp.set_defaults(run=produce)
 
     pc = bsub.add_parser("consume", help="consumer throughput (records decoded)")
@@ -116,9 +123,10 @@ async def produce(args: argparse.Namespace) -> int:
     pool = _payloads(size)
     latencies: list[float] = []
     loop = asyncio.get_running_loop()
+    warmup = max(0, min(args.warmup_records, n - 1))
 
-    def stamp(t0: float) -> object:
-        return lambda _f: latencies.append(loop.time() - t0)
+    def stamp(t0: float, keep: bool = True) -> object:
+        return lambda _f: latencies.append(loop.time() - t0) if keep else None
 
     async with AsyncProducer(
         common.bootstrap(args),
@@ -138,6 +146,7 @@ async def produce(args: argparse.Namespace) -> int:
         deadline = math.inf if args.max_seconds <= 0 else loop.time() + args.max_seconds
         sent = 0
         start = loop.time()
+        measured_from = (start, 0)  # (clock, records sent) where the figures start
         if args.mode == "many":
             size_chunk = args.chunk if not rate else max(1, min(args.chunk, int(rate / 200)))
             chunk = (pool * (size_chunk // len(pool) + 1))[:size_chunk]
@@ -147,9 +156,11 @@ async def produce(args: argparse.Namespace) -> int:
                     await _pace(start + (sent + len(part)) / rate, loop)
                 t0 = loop.time()
                 fut = await p.send_many(args.topic, part)
-                fut.add_done_callback(stamp(t0))  # type: ignore[arg-type]
+                fut.add_done_callback(stamp(t0, sent >= warmup))  # type: ignore[arg-type]
                 futures.append(fut)  # type: ignore[arg-type]
                 sent += len(part)
+                if warmup and sent - len(part) < warmup <= sent:
+                    measured_from = (loop.time(), sent)
         else:
             send = p.send
             topic = args.topic
@@ -164,21 +175,24 @@ async def produce(args: argparse.Namespace) -> int:
                         await _pace(start + sent / rate, loop)
                 fut2 = await send(topic, pool[sent % npool])
                 if sent % every == 0:
-                    fut2.add_done_callback(stamp(loop.time()))  # type: ignore[arg-type]
+                    fut2.add_done_callback(stamp(loop.time(), sent >= warmup))  # type: ignore[arg-type]
                     futures.append(fut2)  # type: ignore[arg-type]
                 sent += 1
+                if sent == warmup:
+                    measured_from = (loop.time(), sent)
         await p.flush()
-        elapsed = loop.time() - start
+        elapsed = loop.time() - measured_from[0]
+        counted = sent - measured_from[1]
         for f in futures:
             f.result()
     lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
     _report(
         args,
         {
-            "records": sent,
+            "records": counted,
             "seconds": round(elapsed, 3),
-            "records_per_sec": sent / elapsed,
-            "mb_per_sec": sent * size / elapsed / 1e6,
+            "records_per_sec": counted / elapsed,
+            "mb_per_sec": counted * size / elapsed / 1e6,
             "latency_avg_ms": float(lat.mean()),
             "latency_max_ms": float(lat.max()),
             "latency_p50_ms": float(np.percentile(lat, 50)),

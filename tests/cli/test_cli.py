@@ -207,7 +207,9 @@ def test_bench_produce_paced(cluster: Any) -> None:
                     *("--output", "json", "bench", "produce", "--topic", f"paced-{mode}"),
                     *("--num-records", "2000", "--record-size", "100", "--mode", mode),
                     *("--throughput", "4000", "--replication-factor", "1"),
+                    *("--warmup-records", "1000"),
                 )
             )
         )
-        assert res["records"] == 2000 and res["seconds"] >= 0.4
+        # the warmup records are sent but left out of the figures
+        assert res["records"] == 1000 and res["seconds"] >= 0.2
