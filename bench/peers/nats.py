@@ -60,6 +60,7 @@ if str(_ROOT) not in sys.path:
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
+import gc  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
@@ -314,6 +315,7 @@ async def _e2e_consume(url: str, subject: str, samples_out: Path) -> None:
 
     await js.subscribe(subject, cb=on_msg, ordered_consumer=True)
     await nc.flush()
+    gc.freeze()  # no full-collection pauses over startup objects (as bench/peers/headwater.py)
     print("ready", flush=True)
     try:
         await asyncio.wait_for(done.wait(), FIXED_RATE_SECONDS * 3 + 60)
@@ -339,6 +341,7 @@ def run_e2e(url: str, w: Workload, seconds: float, tmp: Path) -> Row:
         assert child.stdout is not None
         if child.stdout.readline().strip() != b"ready":
             raise RuntimeError("e2e consumer did not start")
+        gc.freeze()
         sent, secs, _ = asyncio.run(
             produce_paced(url, w, seconds, stamped=True, tag=tag, create=False)
         )
@@ -444,6 +447,7 @@ def main() -> int:
     ap.add_argument("--no-rf3", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=30)
     ap.add_argument("--no-native", action="store_true", help="skip the nats bench rows")
+    ap.add_argument("--only", default="", help="run the workloads whose key contains this")
     ap.add_argument("--e2e-consumer", nargs=3, metavar=("URL", "SUBJECT", "SAMPLES"))
     args = ap.parse_args()
     if args.e2e_consumer:
@@ -457,7 +461,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     fixed_s = 5 if args.quick else FIXED_RATE_SECONDS
     exe = None if args.no_native else natscli()
-    all_w = workloads(include_rf3=not args.no_rf3)
+    all_w = [w for w in workloads(include_rf3=not args.no_rf3) if args.only in w.key]
     produced: dict[tuple[int, int], int] = {}
     failed = 0
 

@@ -55,6 +55,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
@@ -224,6 +225,7 @@ def e2e_consumer(port: int, key: str, samples_out: Path) -> None:
     """Child process: XREAD BLOCK ``key`` from 0 until the ``end`` entry; save ages (ns)."""
     r = redis.Redis(port=port)
     r.ping()
+    gc.freeze()  # no full-collection pauses over startup objects (as bench/peers/headwater.py)
     print("ready", flush=True)
     last: str | bytes = "0"
     ages: list[int] = []
@@ -253,6 +255,7 @@ def run_e2e(r: redis.Redis, port: int, w: Workload, seconds: float, tmp: Path) -
         assert child.stdout is not None
         if child.stdout.readline().strip() != b"ready":
             raise RuntimeError("e2e consumer did not start")
+        gc.freeze()
         sent, secs, _ = produce_paced(r, w, key, seconds, stamped=True)
         r.xadd(key, {"end": "1"})
         if child.wait(60) != 0:
@@ -320,6 +323,7 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=30)
     ap.add_argument("--fsync", choices=("everysec", "always"), default="everysec")
     ap.add_argument("--no-native", action="store_true")
+    ap.add_argument("--only", default="", help="run the workloads whose key contains this")
     ap.add_argument("--e2e-consumer", nargs=3, metavar=("PORT", "KEY", "SAMPLES"))
     args = ap.parse_args()
     if args.e2e_consumer:
@@ -333,7 +337,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     config = f"aof-{args.fsync}"
     fixed_s = 5 if args.quick else FIXED_RATE_SECONDS
-    all_w = workloads(include_rf3=not args.no_rf3)
+    all_w = [w for w in workloads(include_rf3=not args.no_rf3) if args.only in w.key]
     produced: dict[tuple[int, int], int] = {}
     failed = 0
 
