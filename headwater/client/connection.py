@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import grpc
 
+from headwater.client.fetch_wire import decode_fetch_response
 from headwater.client.security import ClientSecurity, default_security
 from headwater.errors import InvalidConfigError
 from headwater.rpc.auth.client import (
@@ -27,6 +28,7 @@ from headwater.rpc.server import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2_grpc, coordinator_pb2_grpc
 
 _PRODUCE_METHOD = "/headwater.v1.Broker/Produce"
+_FETCH_METHOD = "/headwater.v1.Broker/Fetch"
 
 
 def parse_bootstrap(bootstrap: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -85,6 +87,7 @@ class ConnectionPool:
         self._brokers: dict[str, broker_pb2_grpc.BrokerStub] = {}
         self._controllers: dict[str, controller_pb2_grpc.ControllerStub] = {}
         self._raw_produce: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
+        self._raw_fetch: dict[str, grpc.aio.UnaryStreamMultiCallable] = {}
         self._coordinators: dict[str, coordinator_pb2_grpc.GroupCoordinatorStub] = {}
 
     def channel(self, address: str) -> grpc.aio.Channel:
@@ -133,6 +136,20 @@ class ConnectionPool:
             self._raw_produce[address] = call
         return call
 
+    def raw_fetch(self, address: str) -> grpc.aio.UnaryStreamMultiCallable:
+        """Broker.Fetch taking a FetchRequest and yielding
+        :class:`~headwater.client.fetch_wire.FetchView` responses whose ``records`` are views
+        of the received bytes (:mod:`headwater.client.fetch_wire`)."""
+        call = self._raw_fetch.get(address)
+        if call is None:
+            call = self.channel(address).unary_stream(
+                _FETCH_METHOD,
+                request_serializer=broker_pb2.FetchRequest.SerializeToString,
+                response_deserializer=decode_fetch_response,
+            )
+            self._raw_fetch[address] = call
+        return call
+
     def coordinator(self, address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
         stub = self._coordinators.get(address)
         if stub is None:
@@ -154,5 +171,6 @@ class ConnectionPool:
         self._controllers.clear()
         self._coordinators.clear()
         self._raw_produce.clear()
+        self._raw_fetch.clear()
         for ch in channels:
             await ch.close()

@@ -100,7 +100,7 @@ class _Partition:
         self.epoch = 0
         self.task: asyncio.Task[None] | None = None
         # (epoch, raw batches, the response's aborted transactions as (pid, first_offset))
-        self.pending: deque[tuple[int, bytes, list[tuple[int, int]]]] = deque()
+        self.pending: deque[tuple[int, memoryview, list[tuple[int, int]]]] = deque()
         # decoded, at or past position; False: dropped by the transaction filter
         self.ready: deque[tuple[RecordBatch, bool]] = deque()
         self.buffered = 0
@@ -473,7 +473,7 @@ class AsyncConsumer:
                 client_id=self.client_id,
                 isolation_level=self._isolation,
             )
-            call = pool.broker(address).Fetch(request)
+            call = pool.raw_fetch(address)(request)
             err: errors.HeadwaterError | None = None
             try:
                 async for resp in call:
@@ -483,12 +483,10 @@ class AsyncConsumer:
                         err = errors.error_for_code(resp.error_code, resp.error_message)
                         break
                     st.high_watermark = resp.high_watermark
-                    if resp.records:
-                        aborted = [
-                            (a.producer_id, a.first_offset) for a in resp.aborted_transactions
-                        ]
-                        st.pending.append((epoch, resp.records, aborted))
-                        st.buffered += len(resp.records)
+                    records = resp.records  # a view of the received message
+                    if records:
+                        st.pending.append((epoch, records, resp.aborted))
+                        st.buffered += len(records)
                         assert self._wake is not None
                         self._wake.set()
                         offset = resp.next_offset

@@ -1,0 +1,150 @@
+"""FetchResponse parsed by hand: the records stay a view of the bytes gRPC received.
+
+``broker_pb2.FetchResponse.FromString`` copies the (up to several MiB) ``records`` field out of
+the message, and every read of ``resp.records`` on a upb message builds a new ``bytes`` copy
+again; the consumer read it three times per response. py-spy on ``headwater bench consume``
+showed gRPC's receive path and these copies ahead of batch decoding. This module reads the
+same protobuf wire bytes (``Broker.Fetch`` is called with it as the response deserialiser,
+:meth:`headwater.client.connection.ConnectionPool.raw_fetch`) and hands ``records`` out as a
+``memoryview`` slice of the received message: no copy at all. A hypothesis test checks that
+it reads back every field of what protobuf's own serialiser writes.
+
+Wire layout (broker.proto)::
+
+    FetchResponse:      1 error_code varint | 2 error_message LEN | 3 high_watermark varint
+                        | 4 last_stable_offset varint | 5 log_start_offset varint
+                        | 6 records LEN | 7 next_offset varint | 8 throttle_time_ms varint
+                        | 9 aborted_transactions LEN (repeated)
+    AbortedTransaction: 1 producer_id varint | 2 first_offset varint
+
+Unknown fields are skipped, as protobuf does; a truncated or malformed message raises
+:class:`ValueError` (gRPC reports a failing deserialiser as an INTERNAL error on the call).
+"""
+
+from __future__ import annotations
+
+_U64 = 1 << 64
+_I64_MAX = (1 << 63) - 1
+
+
+class FetchView:
+    """The fields of one FetchResponse (proto3 defaults when absent)."""
+
+    __slots__ = (
+        "aborted",
+        "error_code",
+        "error_message",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "next_offset",
+        "records",
+        "throttle_time_ms",
+    )
+
+    def __init__(self) -> None:
+        self.error_code = 0
+        self.error_message = ""
+        self.high_watermark = 0
+        self.last_stable_offset = 0
+        self.log_start_offset = 0
+        self.records: memoryview = memoryview(b"")
+        self.next_offset = 0
+        self.throttle_time_ms = 0
+        #: ``(producer_id, first_offset)`` of each AbortedTransaction, in wire order
+        self.aborted: list[tuple[int, int]] = []
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise ValueError("varint too long")
+
+
+def _signed(value: int) -> int:
+    """int32/int64/enum fields: negative values are sent as 64-bit two's complement."""
+    value &= _U64 - 1
+    return value - _U64 if value > _I64_MAX else value
+
+
+def _skip(buf: bytes, pos: int, wire_type: int) -> int:
+    if wire_type == 0:
+        return _varint(buf, pos)[1]
+    if wire_type == 1:
+        return pos + 8
+    if wire_type == 2:
+        n, pos = _varint(buf, pos)
+        return pos + n
+    if wire_type == 5:
+        return pos + 4
+    raise ValueError(f"unsupported wire type {wire_type}")
+
+
+def _aborted(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    producer_id = first_offset = 0
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        field, wire_type = key >> 3, key & 7
+        if field in (1, 2) and wire_type == 0:
+            value, pos = _varint(buf, pos)
+            if field == 1:
+                producer_id = _signed(value)
+            else:
+                first_offset = _signed(value)
+        else:
+            pos = _skip(buf, pos, wire_type)
+    if pos != end:
+        raise ValueError("truncated AbortedTransaction")
+    return producer_id, first_offset
+
+
+def decode_fetch_response(data: bytes) -> FetchView:
+    """Parse FetchResponse wire bytes; ``records`` is a view into ``data``."""
+    out = FetchView()
+    view = memoryview(data)
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            key, pos = _varint(data, pos)
+            field, wire_type = key >> 3, key & 7
+            if wire_type == 0 and 1 <= field <= 8 and field not in (2, 6):
+                value, pos = _varint(data, pos)
+                value = _signed(value)
+                if field == 1:
+                    out.error_code = value
+                elif field == 3:
+                    out.high_watermark = value
+                elif field == 4:
+                    out.last_stable_offset = value
+                elif field == 5:
+                    out.log_start_offset = value
+                elif field == 7:
+                    out.next_offset = value
+                else:  # 8: int32 throttle_time_ms
+                    out.throttle_time_ms = value
+            elif wire_type == 2 and field in (2, 6, 9):
+                n, pos = _varint(data, pos)
+                stop = pos + n
+                if stop > end:
+                    raise ValueError("truncated field")
+                if field == 6:
+                    out.records = view[pos:stop]
+                elif field == 2:
+                    out.error_message = str(view[pos:stop], "utf-8")
+                else:
+                    out.aborted.append(_aborted(data, pos, stop))
+                pos = stop
+            else:
+                pos = _skip(data, pos, wire_type)
+    except IndexError as exc:
+        raise ValueError("truncated FetchResponse") from exc
+    if pos != end:
+        raise ValueError("truncated FetchResponse")
+    return out
