@@ -60,9 +60,18 @@ def run_system(system: str, rows_path: Path, flags: list[str], timeout: float) -
     argv = [sys.executable, str(HERE / "peers" / f"{system}.py"), "--out", str(rows_path), *flags]
     print(f"== {system}: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
+    # on a timeout: SIGTERM first, so the harness stops the servers it started (they run in
+    # their own sessions and would outlive a SIGKILLed harness), then SIGKILL
+    child = subprocess.Popen(argv, env=python_env())
     try:
-        code = subprocess.run(argv, env=python_env(), timeout=timeout, check=False).returncode
+        code = child.wait(timeout)
     except subprocess.TimeoutExpired:
+        child.terminate()
+        try:
+            child.wait(60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
         code = -1
     print(f"== {system}: exit {code} after {time.monotonic() - t0:.0f} s", file=sys.stderr)
     return code
