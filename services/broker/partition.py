@@ -71,6 +71,15 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: Appends up to this size with no fsync per append (``flush.messages`` unset), and reads of at
+#: most ``_INLINE_READ_RECORDS`` records below the bound (the tail, in the page cache), run on
+#: the event loop: a page-cache write or read of that size takes tens of microseconds, less
+#: than the worker-thread hop (two GIL hand-offs, a wake-up) it replaces. Measured at 10 MB/s of
+#: 1 KiB records, linger 0 (bench/peers/headwater.py e2e, issue 10): append p50 1.3-2.3 ms ->
+#: 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU -20%.
+_INLINE_APPEND_BYTES = 256 * 1024
+_INLINE_READ_RECORDS = 256
+
 #: Producer-state rejections, by exception class, as the rejection metric's ``reason`` label.
 _REJECTION_REASONS: dict[type[Exception], str] = {
     InvalidProducerEpochError: "fenced",
@@ -364,7 +373,7 @@ class Partition:
 
     async def append(
         self,
-        buf: bytes,
+        buf: bytes | memoryview,
         batches: list[tuple[int, BatchHeader]],
         *,
         acks_all: bool,
@@ -381,7 +390,10 @@ class Partition:
             self.check_writable(acks_all)
             epoch = self.leader_epoch
             try:
-                info = await asyncio.to_thread(self.log.append, buf, batches, epoch)
+                if len(buf) <= _INLINE_APPEND_BYTES and self.config.flush_messages <= 0:
+                    info = self.log.append(buf, batches, epoch)
+                else:
+                    info = await asyncio.to_thread(self.log.append, buf, batches, epoch)
             except tuple(_REJECTION_REASONS) as exc:
                 self._count_rejection(exc)
                 raise
@@ -534,7 +546,10 @@ class Partition:
     # ------------------------------------------------------------------ reads
 
     async def read(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
-        """Whole batches from ``offset`` up to ``max_offset`` (a FetchSlice), off the loop."""
+        """Whole batches from ``offset`` up to ``max_offset`` (a FetchSlice), off the loop
+        unless it is a short read of the tail."""
+        if max_offset is not None and 0 <= max_offset - offset <= _INLINE_READ_RECORDS:
+            return self.log.read(offset, max_bytes, max_offset)
         return await asyncio.to_thread(self.log.read, offset, max_bytes, max_offset)
 
     async def offset_for_timestamp(self, timestamp: int) -> Any:

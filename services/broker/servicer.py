@@ -24,6 +24,7 @@ from services.broker.handlers import (
     offset_for_leader_epoch,
     produce,
     produce_records,
+    produce_wire,
     replica_fetch,
     txn_markers,
 )
@@ -50,7 +51,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._quotas = quotas if quotas is not None else QuotaManager(rm.broker_id)
 
     async def Produce(
-        self, request: broker_pb2.ProduceRequest, context: grpc.aio.ServicerContext
+        self,
+        request: broker_pb2.ProduceRequest | produce_wire.ProduceRequestView,
+        context: grpc.aio.ServicerContext,
     ) -> broker_pb2.ProduceResponse:
         size = sum(len(pr.records) for pr in request.partitions)
         who = enforce.identity(context, request.client_id)
@@ -149,7 +152,38 @@ def registrar(
 
     def register(server: grpc.aio.Server) -> str:
         servicer = BrokerServicer(rm, producer_ids, quotas)
-        broker_pb2_grpc.add_BrokerServicer_to_server(servicer, server)
+        handlers = _method_handlers(servicer)
+        # Produce's request is parsed by hand: records stay views of the received bytes
+        handlers["Produce"] = grpc.unary_unary_rpc_method_handler(
+            servicer.Produce,
+            request_deserializer=produce_wire.decode_produce_request,
+            response_serializer=broker_pb2.ProduceResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
+        )
+        server.add_registered_method_handlers(SERVICE_NAME, handlers)
         return SERVICE_NAME
 
     return register
+
+
+class _Capture:
+    """Stands in for the server to take the generated method handlers of the servicer."""
+
+    handlers: dict[str, grpc.RpcMethodHandler]
+
+    def add_generic_rpc_handlers(self, generic_handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.handlers = handlers
+
+
+def _method_handlers(servicer: BrokerServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """The generated ``{method: handler}`` table (generated (de)serialisers)."""
+    capture = _Capture()
+    broker_pb2_grpc.add_BrokerServicer_to_server(servicer, capture)
+    return dict(capture.handlers)

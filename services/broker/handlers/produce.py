@@ -36,6 +36,7 @@ from headwater.errors import (
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker.codes import error_code
+from services.broker.handlers.produce_wire import ProduceRequestView
 from services.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ async def append_to_partition(
     rm: ReplicaManager,
     topic: str,
     partition: int,
-    buf: bytes,
+    buf: bytes | memoryview,
     *,
     acks_all: bool,
     timeout_ms: int,
@@ -87,7 +88,11 @@ async def append_to_partition(
     return result
 
 
-async def handle(rm: ReplicaManager, req: broker_pb2.ProduceRequest) -> broker_pb2.ProduceResponse:
+async def handle(
+    rm: ReplicaManager, req: broker_pb2.ProduceRequest | ProduceRequestView
+) -> broker_pb2.ProduceResponse:
+    """``req`` as parsed by :mod:`~services.broker.handlers.produce_wire` (records are views of
+    the received bytes) or a generated message."""
     acks_all = check_acks(req.acks)
     total = sum(len(pr.records) for pr in req.partitions)
     if total > MAX_REQUEST_BYTES:
