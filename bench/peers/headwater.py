@@ -36,8 +36,9 @@ Configuration (``Row.config``):
   "throughput"); consumer ``max_partition_fetch_bytes`` 4 MiB. For durability the documented
   setting is RF=3 with acks=all (docs/replication.md): the RF=3 rows.
 * ``latency (linger_ms 0)`` / ``defaults (linger_ms 5)`` — produce-fixed and e2e run twice:
-  with the producer's ``linger_ms`` 0 (Kafka's latency setting, Confluent "Optimize for
-  latency"; bench/peers/kafka.py uses it for these rows) and with the client's default 5 ms.
+  with the producer's ``linger_ms`` 0 (Confluent "Optimize for latency", Kafka's default before
+  4.0) and with the client's default 5 ms (Kafka's default since KIP-1030, which
+  bench/peers/kafka.py uses for its fixed-rate rows: compare those with the ``defaults`` rows).
   e2e consumer: ``fetch_max_wait_ms`` 500, ``fetch_min_bytes`` 1 (a Fetch is a stream the
   broker answers as soon as data is appended; the wait only bounds an empty answer).
 
@@ -78,8 +79,8 @@ from bench.peers.common import MB, Row, Workload  # noqa: E402
 SYSTEM = "headwater"
 CONFIG = "defaults"
 E2E_LINGER_MS = 0.0
-#: produce-fixed and e2e run once per producer linger: 0 (Kafka's latency setting, as
-#: bench/peers/kafka.py) and 5 (the client's default)
+#: produce-fixed and e2e run once per producer linger: 0 (the latency setting) and 5 (the
+#: client's default, as Kafka's since KIP-1030: the one to compare with bench/peers/kafka.py)
 LATENCY_LINGERS_MS = (0.0, 5.0)
 
 
