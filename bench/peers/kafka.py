@@ -359,7 +359,11 @@ def run_tool(argv: list[str], max_seconds: float) -> tuple[str, bool, float]:
     try:
         out, _ = p.communicate(timeout=max_seconds)
         return out, False, time.monotonic() - t0
-    except subprocess.TimeoutExpired:
+    except BaseException as e:  # SIGTERM/Ctrl-C of the harness: the tool goes too
+        if not isinstance(e, subprocess.TimeoutExpired):
+            p.kill()
+            p.wait()
+            raise
         p.terminate()
         try:
             out, _ = p.communicate(timeout=15)
@@ -734,7 +738,14 @@ def py_e2e(c: KafkaCluster, w: Workload, quick: bool) -> Row:
 # ---------------------------------------------------------------- driver
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    # side_by_side.py stops a harness that overran with SIGTERM: turn it into SystemExit so the
+    # finally blocks stop the Kafka nodes (own sessions) and the client processes by PID
+    signal.signal(signal.SIGTERM, _terminated)
     if "--e2e-producer" in sys.argv:
         e2e_producer_main([a for a in sys.argv[1:] if a != "--e2e-producer"])
         return
