@@ -35,10 +35,13 @@ Configuration (``Row.config``):
   ``batch_size`` 1 MiB, ``linger_ms`` 5, ``max_in_flight`` 5, no compression (docs/benchmarks.md
   "throughput"); consumer ``max_partition_fetch_bytes`` 4 MiB. For durability the documented
   setting is RF=3 with acks=all (docs/replication.md): the RF=3 rows.
-* ``latency (linger_ms 0)`` / ``defaults (linger_ms 5)`` — produce-fixed and e2e run twice:
-  with the producer's ``linger_ms`` 0 (Confluent "Optimize for latency", Kafka's default before
-  4.0) and with the client's default 5 ms (Kafka's default since KIP-1030, which
-  bench/peers/kafka.py uses for its fixed-rate rows: compare those with the ``defaults`` rows).
+* ``latency (linger_ms 0)`` / ``linger_ms 2`` / ``defaults (linger_ms 5)`` — produce-fixed and
+  e2e run three times: with the producer's ``linger_ms`` 0 (Confluent "Optimize for latency",
+  Kafka's default before 4.0), 2, and the client's default 5 ms (Kafka's default since
+  KIP-1030, which bench/peers/kafka.py uses for its fixed-rate rows: compare those with the
+  ``defaults`` rows). In Python a Produce request costs the broker ~0.3-0.5 ms of CPU, so
+  linger 0 (a request per ~7 records at 10 MB/s of 1 KiB) keeps ~1.5 cores busy across
+  producer, broker and consumer, against ~0.45 with linger 5.
   e2e consumer: ``fetch_max_wait_ms`` 500, ``fetch_min_bytes`` 1 (a Fetch is a stream the
   broker answers as soon as data is appended; the wait only bounds an empty answer).
 
@@ -79,9 +82,10 @@ from bench.peers.common import MB, Row, Workload  # noqa: E402
 SYSTEM = "headwater"
 CONFIG = "defaults"
 E2E_LINGER_MS = 0.0
-#: produce-fixed and e2e run once per producer linger: 0 (the latency setting) and 5 (the
-#: client's default, as Kafka's since KIP-1030: the one to compare with bench/peers/kafka.py)
-LATENCY_LINGERS_MS = (0.0, 5.0)
+#: produce-fixed and e2e run once per producer linger: 0 (the latency setting), 2 (between:
+#: linger 0 costs a Produce request per ~7 records at 10 MB/s, ~1.5 CPU cores in all) and 5
+#: (the client's default, as Kafka's since KIP-1030: the one to compare with bench/peers/kafka.py)
+LATENCY_LINGERS_MS = (0.0, 2.0, 5.0)
 
 
 def _topic(w: Workload, suffix: str = "") -> str:
@@ -231,7 +235,9 @@ def produce_fixed(bootstrap: str, w: Workload, seconds: float, linger_ms: float)
 
 
 def _latency_config(linger_ms: float) -> str:
-    return "latency (linger_ms 0)" if linger_ms == 0 else f"defaults (linger_ms {linger_ms:g})"
+    if linger_ms == 0:
+        return "latency (linger_ms 0)"
+    return "defaults (linger_ms 5)" if linger_ms == 5 else f"linger_ms {linger_ms:g}"
 
 
 # --- e2e: two processes of this module -------------------------------------------------------
