@@ -1,7 +1,7 @@
 """Headwater's side of the side-by-side benchmark (issue 10).
 
     .venv/bin/python bench/peers/headwater.py --out rows.jsonl [--quick] [--no-rf3]
-        [--max-seconds 30] [--only "e2e"]
+        [--max-seconds 30] [--only "e2e"] [--lingers 0,2,5]
 
 Starts a :class:`~headwater.dev.cluster.LocalCluster` in a temporary folder (etcd, one
 controller, one broker for the RF=1 rows; three brokers for the RF=3 rows, whose topics are
@@ -405,7 +405,13 @@ def e2e(
 
 
 def run_cluster(
-    out: Path, ws: list[Workload], brokers: int, quick: bool, max_s: float, tmp: Path
+    out: Path,
+    ws: list[Workload],
+    brokers: int,
+    quick: bool,
+    max_s: float,
+    tmp: Path,
+    lingers: tuple[float, ...] = LATENCY_LINGERS_MS,
 ) -> None:
     from headwater.dev.cluster import LocalCluster
 
@@ -433,10 +439,10 @@ def run_cluster(
                         continue
                     rows.append(consume(boot, w, src, n, max_s))
                 elif w.kind == "produce-fixed":
-                    for linger in LATENCY_LINGERS_MS:
+                    for linger in lingers:
                         rows.append(produce_fixed(boot, w, fixed_s, linger))
                 elif w.kind == "e2e":
-                    for linger in LATENCY_LINGERS_MS:
+                    for linger in lingers:
                         rows.append(e2e(boot, w, fixed_s, tmp, linger))
             except Exception as e:  # one failed row must not lose the others
                 print(f"[headwater] {w.key} FAILED: {e}", flush=True)
@@ -466,6 +472,11 @@ def main() -> None:
     ap.add_argument("--no-rf3", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=30)
     ap.add_argument("--only", default="", help="run only workloads whose key contains this")
+    ap.add_argument(
+        "--lingers",
+        default=",".join(f"{x:g}" for x in LATENCY_LINGERS_MS),
+        help="producer linger_ms values for the produce-fixed and e2e rows (comma-separated)",
+    )
     # e2e child roles
     ap.add_argument("--role", choices=["e2e-producer", "e2e-consumer"])
     ap.add_argument("--bootstrap")
@@ -493,7 +504,10 @@ def main() -> None:
         for brokers, rf in ((1, 1), (3, 3)):
             sel = [w for w in ws if w.rf == rf]
             if sel:
-                run_cluster(args.out, sel, brokers, args.quick, args.max_seconds, Path(tmp))
+                lingers = tuple(float(x) for x in args.lingers.split(","))
+                run_cluster(
+                    args.out, sel, brokers, args.quick, args.max_seconds, Path(tmp), lingers
+                )
 
 
 if __name__ == "__main__":
