@@ -679,7 +679,7 @@ def py_e2e(c: KafkaCluster, w: Workload, quick: bool) -> Row:
         prod = subprocess.Popen(
             [
                 sys.executable,
-                __file__,
+                str(Path(__file__).resolve()),
                 "--e2e-producer",
                 "--bootstrap",
                 c.bootstrap,
