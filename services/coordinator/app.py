@@ -188,9 +188,18 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     txn_partitions = await ensure_internal_topic(
         admin, TXN_TOPIC, settings.transaction_state_partitions, settings, len(brokers)
     )
+    # Not idempotent: an idempotent producer whose sequenced batch expires (its outcome is
+    # unknown) enters a failed state for good, and a killed leader of an internal partition
+    # fails over no sooner than the broker lease (10 s) = the delivery timeout: one failover
+    # left this shared producer failing every later append of every partition of the process
+    # (each runtime gave up, reloaded, failed its epoch marker, forever; the transaction
+    # bounce test's copier waited on it for 120 s). A runtime gives its partition up on a
+    # failed append and reads back what it wrote, one request in flight keeps the order, and
+    # a record duplicated by a retry restates the same whole value: nothing needs sequences.
     producer = AsyncProducer(
         bootstrap,
         acks="all",
+        enable_idempotence=False,
         linger_ms=0,
         max_in_flight=1,
         delivery_timeout_ms=10_000,
