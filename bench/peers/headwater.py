@@ -62,6 +62,7 @@ import gc
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -499,6 +500,12 @@ def main() -> None:
         return
     if args.out is None:
         ap.error("--out is required")
+
+    def terminated(signum: int, _frame: object) -> None:
+        # bench/side_by_side.py's timeout: unwind, so the cluster and the e2e children stop
+        raise SystemExit(f"[headwater] signal {signum}: stopping")
+
+    signal.signal(signal.SIGTERM, terminated)
     ws = [w for w in common.workloads(not args.no_rf3) if args.only in w.key]
     with tempfile.TemporaryDirectory(prefix="hw-peer-") as tmp:
         for brokers, rf in ((1, 1), (3, 3)):
