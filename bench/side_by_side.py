@@ -9,8 +9,8 @@ Runs, one after another on this machine (never two systems at once):
 
 Then prints (and writes to ``<out-dir>/table.md``) a Markdown report: every row with its
 ratio to Apache Kafka's fastest client on the same workload (its Java perf tool or
-  confluent-kafka) and, for Headwater, the fraction
-of the ceilings; then the issue's targets with their verdicts.
+confluent-kafka) and, for Headwater, the fraction of the ceilings; then the issue's targets
+with their verdicts.
 
     python bench/side_by_side.py [--systems headwater,kafka,nats,redis] [--quick] [--no-rf3]
                                  [--max-seconds 30] [--out-dir DIR]
