@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "peers"))
 
 import ceilings  # noqa: E402
-from common import Row, read_rows  # noqa: E402
+from common import WORKLOADS, Row, read_rows  # noqa: E402
 from core import machine  # noqa: E402
 
 from headwater.dev.procs import python_env  # noqa: E402
@@ -91,7 +91,28 @@ def _lat(r: Row) -> str:
     lat = r.latency_ms or {}
     if "p50" not in lat:
         return "—"
-    return f"{lat['p50']:.1f} / {lat['p99']:.1f} / {lat['p999']:.1f}"
+    return " / ".join(f"{lat[q]:.1f}" if q in lat else "—" for q in ("p50", "p99", "p999"))
+
+
+_MODE = {"many": "send_many", "send": "send()"}
+
+
+def _client(r: Row) -> str:
+    """The client column: Headwater's bench rows name their API (bulk send_many or send())."""
+    mode = r.extra.get("mode")
+    return f"{r.client}, {_MODE.get(str(mode), mode)}" if mode else r.client
+
+
+def _ordered(rows: list[Row]) -> list[Row]:
+    """Rows grouped by workload (matrix order), then system (SYSTEMS order), stable within."""
+    order = {w.key: i for i, w in enumerate(WORKLOADS)}
+    return sorted(
+        rows,
+        key=lambda r: (
+            order.get(r.workload, len(order)),
+            SYSTEMS.index(r.system) if r.system in SYSTEMS else len(SYSTEMS),
+        ),
+    )
 
 
 def _pct(x: float, ceiling: float | None) -> str:
@@ -107,7 +128,7 @@ def throughput_table(rows: list[Row], ceil: dict[str, float]) -> list[str]:
         "% of page-cache write | % of gRPC ceiling | ack latency p50 / p99 / p99.9 ms |",
         "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
+    for r in _ordered(rows):
         if r.kind not in ("produce-max", "consume"):
             continue
         k = ref.get(r.workload)
@@ -119,7 +140,7 @@ def throughput_table(rows: list[Row], ceil: dict[str, float]) -> list[str]:
         )
         hw = r.system == "headwater"
         lines.append(
-            f"| {r.workload} | {r.system} | {r.client} | {r.records_per_sec:,.0f} | "
+            f"| {r.workload} | {r.system} | {_client(r)} | {r.records_per_sec:,.0f} | "
             f"{r.mb_per_sec:,.1f} | {vs} | {_pct(r.mb_per_sec, pc) if hw else '—'} | "
             f"{_pct(r.mb_per_sec, grpc) if hw else '—'} | {_lat(r)} |"
         )
@@ -129,15 +150,17 @@ def throughput_table(rows: list[Row], ceil: dict[str, float]) -> list[str]:
 def latency_table(rows: list[Row]) -> list[str]:
     """Fixed-rate rows: ack latency (produce-fixed) and end-to-end latency (e2e)."""
     lines = [
-        "| workload | system | client | achieved MB/s | p50 / p99 / p99.9 ms | max ms |",
-        "|---|---|---|---:|---|---:|",
+        "| workload | system | client | configuration | achieved MB/s | p50 / p99 / p99.9 ms "
+        "| max ms |",
+        "|---|---|---|---|---:|---|---:|",
     ]
-    for r in rows:
+    for r in _ordered(rows):
         if r.kind not in ("produce-fixed", "e2e"):
             continue
         mx = (r.latency_ms or {}).get("max")
         lines.append(
-            f"| {r.workload} | {r.system} | {r.client} | {r.mb_per_sec:,.1f} | {_lat(r)} | "
+            f"| {r.workload} | {r.system} | {_client(r)} | {r.config} | {r.mb_per_sec:,.1f} | "
+            f"{_lat(r)} | "
             f"{f'{mx:.1f}' if mx is not None else '—'} |"
         )
     return lines
@@ -153,7 +176,10 @@ def _best(rows: list[Row], system: str, workload: str, client: str | None = None
 
 
 def _versus(hw: Row, k: Row) -> str:
-    return f"{hw.mb_per_sec:,.0f} vs {k.mb_per_sec:,.0f} MB/s ({hw.mb_per_sec / k.mb_per_sec:.2f}x)"
+    return (
+        f"{hw.mb_per_sec:,.0f} MB/s ({_client(hw)}) vs {k.mb_per_sec:,.0f} MB/s ({_client(k)}):"
+        f" {hw.mb_per_sec / k.mb_per_sec:.2f}x"
+    )
 
 
 def targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
