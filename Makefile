@@ -12,6 +12,9 @@
 #                (FUZZ_SECONDS, default 1800; not part of CI)
 #   make k8s-tools   build kube-apiserver, kubectl, helm from Go modules into ~/.cache/headwater-k8s
 #                (once: ~15 min on 2 cores; then a no-op; `make test` does it when needed)
+#   make bench-peers Headwater side by side with Apache Kafka, NATS JetStream and Redis Streams
+#                (bench/side_by_side.py: installs the `bench` extra, fetches the peers from Maven
+#                Central / apt / the Go proxy, ~45 min; BENCH_FLAGS e.g. --quick; not part of CI)
 #   make chart-check helm lint, helm template + strict schema validation, install/uninstall into
 #                a real kube-apiserver (tests/k8s/test_chart.py)
 #
@@ -31,7 +34,9 @@ SYSTEM_PATH := $(PATH)
 # every recipe sees the venv's tools first (python, pip, ruff, mypy, pytest, etcd, headwater)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install proto lint test test-secure dev ci fuzz clean
+BENCH_FLAGS ?=
+
+.PHONY: install proto lint test test-secure dev ci fuzz clean bench-peers
 
 install: $(STAMP)
 
@@ -66,6 +71,10 @@ fuzz-long: $(STAMP)
 
 k8s-tools:
 	nice -n 10 bash scripts/k8s/build-tools.sh
+
+bench-peers: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/side_by_side.py $(BENCH_FLAGS)
 
 chart-check: $(STAMP) k8s-tools
 	$(BIN)/python -m pytest tests/k8s/test_chart.py
