@@ -178,6 +178,8 @@ class LogRuntime(Generic[TableT]):
             log.warning(
                 "%s partition %d epoch %d given up: %s", self.topic, self.partition, self.epoch, exc
             )
+        except Exception:  # e.g. the tail consumer found no broker: ownership retakes it
+            log.exception("%s partition %d epoch %d failed", self.topic, self.partition, self.epoch)
         finally:
             self._shutdown()
             with contextlib.suppress(Exception):
@@ -211,7 +213,14 @@ class LogRuntime(Generic[TableT]):
                 req = None
             if req is not None:
                 if not req.future.done():
-                    await self._handle(req)
+                    try:
+                        await self._handle(req)
+                    except BaseException:
+                        # its append failed (partition lost): answer it like the queued and
+                        # parked ones, or its caller waits out its whole deadline (seen: an
+                        # AddPartitionsToTxn held 30 s after a leader kill, the copier stalled)
+                        self._answer_lost(req)
+                        raise
                 continue
             next_tick = time.monotonic() + TICK_S
             await self._periodic()
