@@ -154,6 +154,17 @@ class TransactionManager(Gate):
         if self.abortable_error is None and self.state is not TxnState.READY:
             log.warning("transaction %s must abort: %s", self.transactional_id, err)
             self.abortable_error = err
+            # queued batches can never be sent now (may_send is False): fail them at once
+            # rather than at their delivery timeout (Kafka's abortUndrainedBatches); the
+            # application awaiting them then aborts (seen: a copier held 120 s)
+            asyncio.get_running_loop().call_soon(self._fail_queued, err)
+
+    def _fail_queued(self, err: BaseException) -> None:
+        if self.abortable_error is not err:
+            return  # the transaction ended meanwhile
+        for dq in self.acc.queues.values():
+            while dq:
+                self.acc.fail(dq.popleft(), _abortable(err))
 
     def _batch_failed(self, batch: ProducerBatch, err: BaseException) -> None:
         if not isinstance(err, TransactionAbortedError):

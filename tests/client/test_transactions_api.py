@@ -221,6 +221,28 @@ def test_abort_drops_queued_records() -> None:
     run(go)
 
 
+def test_an_abortable_error_fails_queued_records_at_once() -> None:
+    """Once the transaction must abort, queued records can never be sent (the gate is shut):
+    they fail now, not at their delivery timeout (an application awaiting them before
+    commit/abort — the bounce test's copier — was held 120 s)."""
+
+    async def go() -> None:
+        tm, _fake, _seq, acc = make()
+        await tm.init()
+        tm.begin()
+        fut = asyncio.get_running_loop().create_future()
+        assert acc.try_reserve(10)
+        acc.append(TP, b"x", None, None, 1, 10, fut)
+        tm.abortable(errors.RequestTimedOutError("AddPartitionsToTxn timed out"))
+        await asyncio.sleep(0)  # the failing runs on the next loop iteration
+        assert fut.done() and isinstance(fut.exception(), errors.InvalidTxnStateError)
+        assert not acc.incomplete
+        await tm.abort()
+        assert tm.state is TxnState.READY
+
+    run(go)
+
+
 def test_abort_drops_a_sequenced_batch_waiting_for_a_retry() -> None:
     async def go() -> None:
         tm, fake, _seq, acc = make()
