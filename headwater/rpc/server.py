@@ -52,6 +52,18 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
     ]
 
 
+def server_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
+    """:func:`channel_options` plus the server's side of keepalive: clients ping every 20 s
+    even when idle, and gRPC's server default refuses pings without data more often than every
+    5 minutes (after two such "strikes" it closes the connection with ``too_many_pings``,
+    failing the calls on it). Accept one every 10 s."""
+    return [
+        *channel_options(max_message_bytes),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ]
+
+
 @dataclass
 class RunningServer:
     """A started server: its bound port, health servicer and metrics port."""
@@ -105,7 +117,7 @@ async def start_server(
     if auth is not None:
         interceptors.append(AuthInterceptor(auth))  # inside metrics: its errors get trailers
         register = [*register, authenticator.register(auth)]
-    server = grpc.aio.server(interceptors=interceptors, options=channel_options(max_message_bytes))
+    server = grpc.aio.server(interceptors=interceptors, options=server_options(max_message_bytes))
     names = [reg(server) for reg in register]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
