@@ -34,6 +34,8 @@ import grpc
 import pyetcd
 import pyetcd.exceptions
 
+from headwater import timeouts
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -518,7 +520,7 @@ class LeaseKeeper:
         while not self.lost.is_set():
             await asyncio.sleep(interval)
             try:
-                remaining = await asyncio.wait_for(self._etcd._refresh(self.id), interval * 2)
+                remaining = await timeouts.wait_for(self._etcd._refresh(self.id), interval * 2)
             except (EtcdError, TimeoutError) as exc:
                 log.warning("lease %x refresh failed: %s", self.id, exc)
                 if time.monotonic() - self._last_ok >= self.ttl:

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from headwater import timeouts
 from headwater.batch import Compression, encode_batch
 from headwater.client.errors import BufferExhaustedError, DeliveryTimeoutError
 from headwater.client.types import GroupMetadata, PartitionRange, RecordMetadata, TopicPartition
@@ -292,7 +293,7 @@ class Accumulator:
         self._mem_waiters.append((nbytes, fut))
         self.wakeup()  # blocked writers make every batch ready
         try:
-            await asyncio.wait_for(asyncio.shield(fut), self.max_block)
+            await timeouts.wait_for(asyncio.shield(fut), self.max_block)
         except TimeoutError:
             if fut.done() and not fut.cancelled():
                 return  # granted at the same moment the wait timed out

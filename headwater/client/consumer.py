@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import grpc
 
-from headwater import errors
+from headwater import errors, timeouts
 from headwater.batch import RecordBatch, decode_batches
 from headwater.client import txn_filter
 from headwater.client.connection import ConnectionPool, parse_bootstrap
@@ -618,7 +618,7 @@ class AsyncConsumer:
             if remaining <= 0:
                 return []
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), remaining)
+                await timeouts.wait_for(self._wake.wait(), remaining)
 
     async def poll(self, timeout_ms: float = 500, max_records: int = 500) -> list[ConsumerRecord]:
         """Up to ``max_records`` records as :class:`ConsumerRecord` (the convenience path)."""

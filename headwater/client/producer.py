@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from headwater import errors
+from headwater import errors, timeouts
 from headwater.batch import Compression
 from headwater.client import idempotence, transactions
 from headwater.client import partitioner as partitioners
@@ -294,7 +294,7 @@ class AsyncProducer:
         acc.flushing += 1
         self._sender.wake()
         try:
-            await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
+            await timeouts.wait_for(asyncio.gather(*pending), timeout_s)
         finally:
             acc.flushing -= 1
 
@@ -311,7 +311,7 @@ class AsyncProducer:
                 await self._sender.close(timeout_s)
             if self._sender_task is not None and not self._sender_task.done():
                 try:
-                    await asyncio.wait_for(asyncio.shield(self._sender_task), 5)
+                    await timeouts.wait_for(asyncio.shield(self._sender_task), 5)
                 except TimeoutError:
                     self._sender_task.cancel()
                     await asyncio.wait([self._sender_task])

@@ -48,7 +48,7 @@ from collections import OrderedDict
 
 import grpc
 
-from headwater import errors
+from headwater import errors, timeouts
 from headwater.client import idempotence, produce_wire
 from headwater.client.accumulator import Accumulator, ProducerBatch
 from headwater.client.connection import ConnectionPool
@@ -152,7 +152,7 @@ class Sender:
                 await self._wake.wait()
             elif timeout > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                    await timeouts.wait_for(self._wake.wait(), timeout)
 
     async def _init_producer_id(self, seq: idempotence.Sequencer) -> None:
         """Broker.InitProducerId on any broker, retrying retriable errors until it answers

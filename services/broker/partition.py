@@ -51,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from headwater import timeouts
 from headwater.batch import BatchHeader, iter_headers
 from headwater.config import TopicConfig
 from headwater.errors import (
@@ -485,7 +486,7 @@ class Partition:
                     f"ISR within {timeout_ms} ms"
                 )
             try:
-                await asyncio.wait_for(changed.wait(), remaining)
+                await timeouts.wait_for(changed.wait(), remaining)
             except TimeoutError:
                 continue
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from headwater import etcd as hetcd
+from headwater import timeouts
 from headwater.rpc.auth.client import attach_service
 from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
@@ -120,7 +121,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     finally:
         log.info("controller %d stopping", settings.controller_id)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(election.resign_and_stop(), 3)
+            await timeouts.wait_for(election.resign_and_stop(), 3)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -27,7 +27,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from headwater import errors
+from headwater import errors, timeouts
 from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncProducer
 from headwater.client.connection import ConnectionPool, parse_bootstrap
@@ -298,13 +298,13 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     finally:
         log.info("coordinator %d stopping", settings.coordinator_id)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(ownership.close(), 3)
+            await timeouts.wait_for(ownership.close(), 3)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await server.stop(grace=1.0)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(producer.close(), 3)
+            await timeouts.wait_for(producer.close(), 3)
         with contextlib.suppress(Exception):
             await admin.close()
         with contextlib.suppress(Exception):

@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from headwater import timeouts
 from headwater.client import AsyncConsumer, AsyncProducer, TopicPartition
 from services.coordinator import records as rec
 from services.coordinator.outcome import Outcome, WaitKey
@@ -208,7 +209,7 @@ class LogRuntime(Generic[TableT]):
             await self._read(timeout_ms=0)
             timeout = max(0.0, next_tick - time.monotonic())
             try:
-                req: Request | None = await asyncio.wait_for(self._queue.get(), timeout)
+                req: Request | None = await timeouts.wait_for(self._queue.get(), timeout)
             except TimeoutError:
                 req = None
             if req is not None:
@@ -257,7 +258,7 @@ class LogRuntime(Generic[TableT]):
                         headers=r.headers,
                     )
                 )
-            done = await asyncio.wait_for(asyncio.gather(*futures), self._append_timeout_s)
+            done = await timeouts.wait_for(asyncio.gather(*futures), self._append_timeout_s)
         except Exception as exc:
             for f in futures:
                 f.cancel()

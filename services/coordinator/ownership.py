@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from headwater import etcd as hetcd
+from headwater import timeouts
 from headwater.client.partitioner import crc32c_partition
 from services.coordinator.log_runtime import LogRuntime
 
@@ -149,7 +150,7 @@ class Ownership:
                     log.warning("ownership reconcile failed: %s", exc)
                 await asyncio.sleep(MIN_ROUND_GAP_S)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 1.0 - MIN_ROUND_GAP_S)
+                    await timeouts.wait_for(self._wake.wait(), 1.0 - MIN_ROUND_GAP_S)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

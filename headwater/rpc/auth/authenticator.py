@@ -9,14 +9,13 @@ or -512) — the same answer for an unknown user and a wrong password.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 
-from headwater import errors
+from headwater import errors, timeouts
 from headwater.rpc.auth import credentials, scram, tokens
 from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.v1 import security_pb2, security_pb2_grpc
@@ -44,7 +43,7 @@ class AuthenticatorService(security_pb2_grpc.AuthenticatorServicer):
 
         async def next_message() -> security_pb2.AuthenticateRequest:
             try:
-                return await asyncio.wait_for(anext(it), EXCHANGE_TIMEOUT_S)
+                return await timeouts.wait_for(anext(it), EXCHANGE_TIMEOUT_S)
             except (StopAsyncIteration, TimeoutError):
                 raise errors.IllegalSaslStateError("the SCRAM exchange ended early") from None
 

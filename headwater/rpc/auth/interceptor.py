@@ -27,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from headwater import errors
+from headwater import errors, timeouts
 from headwater.rpc import principal
 from headwater.rpc.auth import rules, tokens
 from headwater.rpc.auth.acls import Authorizer
@@ -72,14 +72,14 @@ class ServerAuth:
         if self.authorizer is not None and self._watch is None:
             self.authorizer.etcd = etcd
             self._watch = asyncio.create_task(self.authorizer.run(), name="acl-watch")
-            await asyncio.wait_for(self.authorizer.loaded.wait(), timeout)
+            await timeouts.wait_for(self.authorizer.loaded.wait(), timeout)
         self.ready.set()
 
     async def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         if self.ready.is_set():
             return
         try:
-            await asyncio.wait_for(self.ready.wait(), timeout)
+            await timeouts.wait_for(self.ready.wait(), timeout)
         except TimeoutError:
             raise errors.RequestTimedOutError(
                 "security state not loaded yet (etcd unreachable?)"

@@ -43,6 +43,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from headwater import timeouts
 from headwater.errors import (
     FencedLeaderEpochError,
     HeadwaterError,
@@ -191,7 +192,7 @@ async def _chunks(
                 if remaining <= 0:
                     break
                 try:
-                    await asyncio.wait_for(changed.wait(), remaining)
+                    await timeouts.wait_for(changed.wait(), remaining)
                 except TimeoutError:
                     break
             aborted: list[tuple[int, int]] = []

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from headwater import timeouts
 from headwater.v1 import broker_pb2, broker_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker.partition import Partition
@@ -80,7 +81,7 @@ class LeaderFetcher:
 
     async def _idle(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), timeout)
+            await timeouts.wait_for(self.wake.wait(), timeout)
         self.wake.clear()
 
     async def run(self) -> None:
@@ -137,8 +138,8 @@ class LeaderFetcher:
             ],
         )
         sent = {s.partition.key: s for s in ready}
-        await asyncio.wait_for(call.write(req), RPC_TIMEOUT_S)
-        resp = await asyncio.wait_for(call.read(), RPC_TIMEOUT_S + MAX_WAIT_MS / 1000)
+        await timeouts.wait_for(call.write(req), RPC_TIMEOUT_S)
+        resp = await timeouts.wait_for(call.read(), RPC_TIMEOUT_S + MAX_WAIT_MS / 1000)
         if resp is grpc.aio.EOF:
             raise SessionError("leader closed the stream")
         if resp.error_code != ErrorCode.NONE:
