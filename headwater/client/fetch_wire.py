@@ -23,8 +23,7 @@ Unknown fields are skipped, as protobuf does; a truncated or malformed message r
 
 from __future__ import annotations
 
-_U64 = 1 << 64
-_I64_MAX = (1 << 63) - 1
+from headwater.protowire import int64, skip, varint
 
 
 class FetchView:
@@ -55,51 +54,19 @@ class FetchView:
         self.aborted: list[tuple[int, int]] = []
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise ValueError("varint too long")
-
-
-def _signed(value: int) -> int:
-    """int32/int64/enum fields: negative values are sent as 64-bit two's complement."""
-    value &= _U64 - 1
-    return value - _U64 if value > _I64_MAX else value
-
-
-def _skip(buf: bytes, pos: int, wire_type: int) -> int:
-    if wire_type == 0:
-        return _varint(buf, pos)[1]
-    if wire_type == 1:
-        return pos + 8
-    if wire_type == 2:
-        n, pos = _varint(buf, pos)
-        return pos + n
-    if wire_type == 5:
-        return pos + 4
-    raise ValueError(f"unsupported wire type {wire_type}")
-
-
 def _aborted(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     producer_id = first_offset = 0
     while pos < end:
-        key, pos = _varint(buf, pos)
+        key, pos = varint(buf, pos)
         field, wire_type = key >> 3, key & 7
         if field in (1, 2) and wire_type == 0:
-            value, pos = _varint(buf, pos)
+            value, pos = varint(buf, pos)
             if field == 1:
-                producer_id = _signed(value)
+                producer_id = int64(value)
             else:
-                first_offset = _signed(value)
+                first_offset = int64(value)
         else:
-            pos = _skip(buf, pos, wire_type)
+            pos = skip(buf, pos, wire_type)
     if pos != end:
         raise ValueError("truncated AbortedTransaction")
     return producer_id, first_offset
@@ -112,11 +79,11 @@ def decode_fetch_response(data: bytes) -> FetchView:
     pos, end = 0, len(data)
     try:
         while pos < end:
-            key, pos = _varint(data, pos)
+            key, pos = varint(data, pos)
             field, wire_type = key >> 3, key & 7
             if wire_type == 0 and 1 <= field <= 8 and field not in (2, 6):
-                value, pos = _varint(data, pos)
-                value = _signed(value)
+                value, pos = varint(data, pos)
+                value = int64(value)
                 if field == 1:
                     out.error_code = value
                 elif field == 3:
@@ -130,7 +97,7 @@ def decode_fetch_response(data: bytes) -> FetchView:
                 else:  # 8: int32 throttle_time_ms
                     out.throttle_time_ms = value
             elif wire_type == 2 and field in (2, 6, 9):
-                n, pos = _varint(data, pos)
+                n, pos = varint(data, pos)
                 stop = pos + n
                 if stop > end:
                     raise ValueError("truncated field")
@@ -142,7 +109,7 @@ def decode_fetch_response(data: bytes) -> FetchView:
                     out.aborted.append(_aborted(data, pos, stop))
                 pos = stop
             else:
-                pos = _skip(data, pos, wire_type)
+                pos = skip(data, pos, wire_type)
     except IndexError as exc:
         raise ValueError("truncated FetchResponse") from exc
     if pos != end:

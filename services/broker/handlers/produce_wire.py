@@ -22,8 +22,7 @@ Unknown fields are skipped, as protobuf does; a malformed message raises :class:
 
 from __future__ import annotations
 
-_U64 = 1 << 64
-_I64_MAX = (1 << 63) - 1
+from headwater.protowire import int32, skip, varint
 
 
 class PartitionRecordsView:
@@ -50,49 +49,16 @@ class ProduceRequestView:
         self.transactional_id = ""
 
 
-def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise ValueError("varint too long")
-
-
-def _int32(value: int) -> int:
-    """int32/enum fields: negative values are sent as 64-bit two's complement."""
-    value &= _U64 - 1
-    value = value - _U64 if value > _I64_MAX else value
-    return ((value + 2**31) % 2**32) - 2**31
-
-
-def _skip(buf: bytes | memoryview, pos: int, wire_type: int) -> int:
-    if wire_type == 0:
-        return _varint(buf, pos)[1]
-    if wire_type == 1:
-        return pos + 8
-    if wire_type == 2:
-        n, pos = _varint(buf, pos)
-        return pos + n
-    if wire_type == 5:
-        return pos + 4
-    raise ValueError(f"unsupported wire type {wire_type}")
-
-
 def _partition(view: memoryview, pos: int, end: int) -> PartitionRecordsView:
     out = PartitionRecordsView()
     while pos < end:
-        key, pos = _varint(view, pos)
+        key, pos = varint(view, pos)
         field, wire_type = key >> 3, key & 7
         if field == 2 and wire_type == 0:
-            value, pos = _varint(view, pos)
-            out.partition = _int32(value)
+            value, pos = varint(view, pos)
+            out.partition = int32(value)
         elif wire_type == 2 and field in (1, 3):
-            n, pos = _varint(view, pos)
+            n, pos = varint(view, pos)
             stop = pos + n
             if stop > end:
                 raise ValueError("truncated PartitionRecords")
@@ -102,7 +68,7 @@ def _partition(view: memoryview, pos: int, end: int) -> PartitionRecordsView:
                 out.records = view[pos:stop]
             pos = stop
         else:
-            pos = _skip(view, pos, wire_type)
+            pos = skip(view, pos, wire_type)
     if pos != end:
         raise ValueError("truncated PartitionRecords")
     return out
@@ -115,16 +81,16 @@ def decode_produce_request(data: bytes) -> ProduceRequestView:
     pos, end = 0, len(data)
     try:
         while pos < end:
-            key, pos = _varint(data, pos)
+            key, pos = varint(data, pos)
             field, wire_type = key >> 3, key & 7
             if wire_type == 0 and field in (1, 2):
-                value, pos = _varint(data, pos)
+                value, pos = varint(data, pos)
                 if field == 1:
-                    out.acks = _int32(value)
+                    out.acks = int32(value)
                 else:
-                    out.timeout_ms = _int32(value)
+                    out.timeout_ms = int32(value)
             elif wire_type == 2 and field in (3, 4, 5):
-                n, pos = _varint(data, pos)
+                n, pos = varint(data, pos)
                 stop = pos + n
                 if stop > end:
                     raise ValueError("truncated field")
@@ -136,7 +102,7 @@ def decode_produce_request(data: bytes) -> ProduceRequestView:
                     out.transactional_id = str(view[pos:stop], "utf-8")
                 pos = stop
             else:
-                pos = _skip(data, pos, wire_type)
+                pos = skip(data, pos, wire_type)
     except IndexError as exc:
         raise ValueError("truncated ProduceRequest") from exc
     if pos != end:
