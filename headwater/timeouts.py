@@ -13,6 +13,7 @@ every service and client waits with a deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -24,7 +25,18 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
 
     Unlike ``asyncio.wait_for`` in 3.11, a cancellation of the calling task always propagates.
     ``aw`` runs in the calling task (a coroutine is not wrapped in a new task); on the timeout
-    it is cancelled, as with ``asyncio.wait_for``.
+    it is cancelled, as with ``asyncio.wait_for``. A ``timeout`` <= 0 times out at once unless
+    ``aw`` is a future that is already done (``asyncio.wait_for``'s rule).
     """
+    if timeout is not None and timeout <= 0:
+        # as asyncio.wait_for: an operation not already complete times out without running
+        # (a caller polling a queue with a deadline already past must get its tick)
+        fut = asyncio.ensure_future(aw)
+        if fut.done():
+            return fut.result()
+        fut.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await fut
+        raise TimeoutError
     async with asyncio.timeout(timeout):
         return await aw

@@ -128,6 +128,8 @@ class TransactionManager(Gate):
         self.abortable_error: errors.HeadwaterError | BaseException | None = None
         # the outcome of an EndTxn sent without a definite answer (True: commit)
         self.unfinished: bool | None = None
+        #: a _fail_queued call is scheduled (one at a time)
+        self._fail_scheduled = False
         self.wake_sender: Callable[[], None] = lambda: None
         self._add_task: asyncio.Task[None] | None = None
         acc.on_fail = self._batch_failed
@@ -138,6 +140,11 @@ class TransactionManager(Gate):
         if self.state is not TxnState.IN_TRANSACTION:
             return False
         if self.abortable_error is not None:
+            # a batch that was in flight when the transaction had to abort and came back for
+            # a retry is queued again: fail what is queued now too (never sent, never waited)
+            if not self._fail_scheduled:
+                self._fail_scheduled = True
+                asyncio.get_running_loop().call_soon(self._fail_queued, self.abortable_error)
             return False
         if tp in self.added:
             return True
@@ -157,9 +164,11 @@ class TransactionManager(Gate):
             # queued batches can never be sent now (may_send is False): fail them at once
             # rather than at their delivery timeout (Kafka's abortUndrainedBatches); the
             # application awaiting them then aborts (seen: a copier held 120 s)
+            self._fail_scheduled = True
             asyncio.get_running_loop().call_soon(self._fail_queued, err)
 
     def _fail_queued(self, err: BaseException) -> None:
+        self._fail_scheduled = False
         if self.abortable_error is not err:
             return  # the transaction ended meanwhile
         for dq in self.acc.queues.values():
@@ -390,6 +399,7 @@ class TransactionManager(Gate):
             self._raise_for(resp.error_code, resp.error_message)
         except errors.HeadwaterError as exc:
             if is_fatal(exc):
+                self.unfinished = None
                 self.seq.fail(exc)
             elif exc.retriable:
                 # the coordinator may have this EndTxn (it answers once the markers are
@@ -400,6 +410,8 @@ class TransactionManager(Gate):
                     " it is re-sent", self.transactional_id, "commit" if commit else "abort", exc,
                 )  # fmt: skip
             else:
+                # a definite answer: the outcome is known again, any next step is allowed
+                self.unfinished = None
                 self.state = TxnState.IN_TRANSACTION  # the application may retry or abort
                 if commit:
                     self.abortable(exc)

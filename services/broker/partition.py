@@ -77,7 +77,9 @@ T = TypeVar("T")
 #: the event loop: a page-cache write or read of that size takes tens of microseconds, less
 #: than the worker-thread hop (two GIL hand-offs, a wake-up) it replaces. Measured at 10 MB/s of
 #: 1 KiB records, linger 0 (bench/peers/headwater.py e2e, issue 10): append p50 1.3-2.3 ms ->
-#: 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU -20%.
+#: 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU -20%. An append goes to a
+#: worker thread after all when another thread holds the log (flush pass, cleaner, retention) or
+#: it starts a new leader epoch (an fsynced file): Log.append_if_uncontended.
 _INLINE_APPEND_BYTES = 256 * 1024
 _INLINE_READ_RECORDS = 256
 
@@ -391,10 +393,13 @@ class Partition:
             self.check_writable(acks_all)
             epoch = self.leader_epoch
             try:
-                if len(buf) <= _INLINE_APPEND_BYTES and self.config.flush_messages <= 0:
-                    info = self.log.append(buf, batches, epoch)
-                else:
-                    info = await asyncio.to_thread(self.log.append, buf, batches, epoch)
+                inline = len(buf) <= _INLINE_APPEND_BYTES and self.config.flush_messages <= 0
+                now = self.log.append_if_uncontended(buf, batches, epoch) if inline else None
+                info = (
+                    now
+                    if now is not None
+                    else await asyncio.to_thread(self.log.append, buf, batches, epoch)
+                )
             except tuple(_REJECTION_REASONS) as exc:
                 self._count_rejection(exc)
                 raise

@@ -327,6 +327,7 @@ async def serve(settings: BrokerSettings) -> int:
         # the cyclic GC: a full collection no longer walks it. Without this, full collections
         # on the serving path paused the loop 15-90 ms (a 10 MB/s e2e run, shared 2-vCPU VM);
         # with it, under 1 ms (measured with bench/peers/headwater.py, issue 10).
+        gc.collect()  # start-up garbage is freed, not frozen for good
         gc.freeze()
         if settings.ready_file is not None:
             _write_ready_file(settings.ready_file, running.port, running.metrics_port)

@@ -58,3 +58,19 @@ def test_the_deadline_still_raises_timeout_error() -> None:
         assert await timeouts.wait_for(asyncio.sleep(0, result=7), 1) == 7
 
     asyncio.run(main())
+
+
+def test_a_deadline_already_past_times_out_even_when_the_operation_could_complete() -> None:
+    # a runtime polling its queue with an overdue tick must get the tick (asyncio.wait_for's
+    # rule for timeout <= 0; asyncio.timeout(0) would return the queued item instead)
+    async def main() -> None:
+        q: asyncio.Queue[int] = asyncio.Queue()
+        q.put_nowait(1)
+        with pytest.raises(TimeoutError):
+            await timeouts.wait_for(q.get(), 0)
+        assert q.qsize() == 1  # the item stays queued
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(5)
+        assert await timeouts.wait_for(done, 0) == 5
+
+    asyncio.run(main())

@@ -243,6 +243,48 @@ def test_an_abortable_error_fails_queued_records_at_once() -> None:
     run(go)
 
 
+def test_a_batch_re_queued_after_the_abortable_error_fails_too() -> None:
+    """A batch in flight when the transaction had to abort comes back for a retry after the
+    queue was emptied: the sender's next may_send() fails it at once as well."""
+
+    async def go() -> None:
+        tm, _fake, _seq, acc = make()
+        await tm.init()
+        tm.begin()
+        tm.added.add(TP)
+        tm.abortable(errors.RequestTimedOutError("a send timed out"))
+        await asyncio.sleep(0)  # the first failing pass (nothing queued yet)
+        fut = asyncio.get_running_loop().create_future()
+        assert acc.try_reserve(10)
+        acc.append(TP, b"x", None, None, 1, 10, fut)  # the retry, queued again
+        assert tm.may_send(TP) is False
+        await asyncio.sleep(0)
+        assert fut.done() and isinstance(fut.exception(), errors.InvalidTxnStateError)
+        await tm.abort()
+        assert tm.state is TxnState.READY
+
+    run(go)
+
+
+def test_a_definite_answer_to_a_re_sent_commit_allows_abort_again() -> None:
+    async def go() -> None:
+        tm, fake, _seq, _acc = make()
+        await tm.init()
+        tm.begin()
+        tm.added.add(TP)
+        fake.errors["EndTxn"] = ErrorCode.REQUEST_TIMED_OUT
+        with pytest.raises(errors.RequestTimedOutError):
+            await tm.commit(noop_flush)
+        fake.errors["EndTxn"] = ErrorCode.INVALID_TXN_STATE  # definite, not fatal
+        with pytest.raises(errors.InvalidTxnStateError):
+            await tm.commit(noop_flush)
+        assert tm.unfinished is None
+        await tm.abort()  # allowed: the outcome is known
+        assert tm.state is TxnState.READY
+
+    run(go)
+
+
 def test_abort_drops_a_sequenced_batch_waiting_for_a_retry() -> None:
     async def go() -> None:
         tm, fake, _seq, acc = make()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from storage_helpers import append, make_batch
+from storage_helpers import append, headers_of, make_batch
 
 from headwater.batch import decode_batches
 from headwater.errors import OffsetOutOfRangeError
@@ -62,3 +62,37 @@ def test_reader_holding_a_deleted_segment_keeps_reading(open_log, clock):
     assert log.log_start_offset > 0 and not seg.log_path.exists()
     data = seg.read(found[0], snap.sealed_ends[0])
     assert decode_batches(data)[0].header.base_offset == 0
+
+
+def test_an_uncontended_append_happens_now_a_contended_one_is_declined(open_log) -> None:
+    """The event loop's small appends (Log.append_if_uncontended) never wait on the log lock
+    another thread holds (a flush pass, the cleaner) nor write a new leader-epoch entry."""
+    log = open_log()
+    buf = make_batch(2, tag=1)
+    assert log.append_if_uncontended(buf, headers_of(buf), 0) is None  # epoch 0 is new here
+    append(log, buf, 0)  # the worker-thread path writes the epoch entry
+    buf = make_batch(2, tag=4)
+    info = log.append_if_uncontended(buf, headers_of(buf), 0)
+    assert info is not None and info.first_offset == 2 and log.log_end_offset == 4
+
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with log._lock:  # what a flush pass or the cleaner does while it works
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert held.wait(10)
+        buf = make_batch(1, tag=2)
+        assert log.append_if_uncontended(buf, headers_of(buf), 0) is None
+        assert log.log_end_offset == 4  # nothing written
+    finally:
+        release.set()
+        t.join(10)
+    buf = make_batch(1, tag=3)
+    assert log.append_if_uncontended(buf, headers_of(buf), 1) is None  # a new leader epoch
+    info = log.append_if_uncontended(buf, headers_of(buf), 0)
+    assert info is not None and info.first_offset == 4

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -246,11 +247,17 @@ def _split(inband: rules.Inband, decide: rules.Decide, request: Any) -> tuple[An
     denied = [i for i in items if not allowed_topics[i.topic]]
     if not denied:
         return request, []
+    kept = [i for i in items if allowed_topics[i.topic]]
+    if not hasattr(request, "CopyFrom"):
+        # a hand-parsed view (Produce: services/broker/handlers/produce_wire.py): plain lists
+        trimmed = copy.copy(request)
+        setattr(trimmed, inband.request_field, kept)
+        return trimmed, denied
     trimmed = type(request)()
     trimmed.CopyFrom(request)
     field = getattr(trimmed, inband.request_field)
     del field[:]
-    field.extend(i for i in items if allowed_topics[i.topic])
+    field.extend(kept)
     return trimmed, denied
 
 

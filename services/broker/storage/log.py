@@ -223,6 +223,22 @@ class Log:
         """
         return self._append(buf, batches, leader_epoch, log_append_time, _LEADER)
 
+    def append_if_uncontended(
+        self, buf: Buffer, batches: Sequence[tuple[int, BatchHeader]], leader_epoch: int
+    ) -> AppendInfo | None:
+        """:meth:`append` now, or None (nothing done) when it could block the caller: another
+        thread holds the log (a flush pass fsyncing, the cleaner swapping segments,
+        retention) or the append would write a new leader-epoch entry (a file + fsync).
+        For small appends on the event loop (services/broker/partition.py)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self.epochs.latest_epoch != leader_epoch:
+                return None
+            return self.append(buf, batches, leader_epoch)
+        finally:
+            self._lock.release()
+
     def append_as_follower(
         self, buf: Buffer, batches: Sequence[tuple[int, BatchHeader]]
     ) -> AppendInfo:
