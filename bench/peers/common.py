@@ -27,8 +27,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -189,3 +194,34 @@ def cache_dir(name: str) -> Path:
     d = base / name
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def ensure_apt(binaries: tuple[str, ...], packages: tuple[str, ...]) -> None:
+    """Install Debian ``packages`` when one of ``binaries`` is missing (as root; otherwise print
+    the command and exit 2)."""
+    if all(shutil.which(b) for b in binaries):
+        return
+    cmd = f"apt-get update && apt-get install -y {' '.join(packages)}"
+    if os.geteuid() != 0:
+        print(f"{binaries[0]} is missing; install it with: sudo sh -c '{cmd}'", file=sys.stderr)
+        sys.exit(2)
+    print(f"installing: {cmd}", file=sys.stderr, flush=True)
+    subprocess.run(["sh", "-c", cmd], check=True, stdout=subprocess.DEVNULL)
+
+
+@contextmanager
+def e2e_consumer_process(argv: list[str], exit_timeout: float) -> Iterator[None]:
+    """Run an e2e consumer process (``argv``), wait for its ``ready`` line, yield while the
+    caller produces, then wait ``exit_timeout`` s for it to exit 0; killed by PID on any error."""
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != b"ready":
+            raise RuntimeError("e2e consumer did not start")
+        yield
+        if child.wait(exit_timeout) != 0:
+            raise RuntimeError(f"e2e consumer exited {child.returncode}")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

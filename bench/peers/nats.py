@@ -82,6 +82,8 @@ from bench.peers.common import (  # noqa: E402
     age_ns,
     append_row,
     cache_dir,
+    e2e_consumer_process,
+    ensure_apt,
     payload_pool,
     percentiles_ms,
     record_count,
@@ -98,14 +100,7 @@ FIXED_BATCH = 10
 
 
 def ensure_installed() -> None:
-    if shutil.which("nats-server"):
-        return
-    cmd = "apt-get update && apt-get install -y nats-server"
-    if os.geteuid() != 0:
-        print(f"nats-server is missing; install it with: sudo sh -c '{cmd}'", file=sys.stderr)
-        sys.exit(2)
-    print(f"installing: {cmd}", file=sys.stderr, flush=True)
-    subprocess.run(["sh", "-c", cmd], check=True, stdout=subprocess.DEVNULL)
+    ensure_apt(("nats-server",), ("nats-server",))
 
 
 def _server_conf(name: str, port: int, store: Path, cluster: tuple[int, list[int]] | None) -> str:
@@ -336,21 +331,11 @@ def run_e2e(url: str, w: Workload, seconds: float, tmp: Path) -> Row:
 
     asyncio.run(create())
     argv = [sys.executable, __file__, "--e2e-consumer", url, subject, str(samples)]
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True)
-    try:
-        assert child.stdout is not None
-        if child.stdout.readline().strip() != b"ready":
-            raise RuntimeError("e2e consumer did not start")
+    with e2e_consumer_process(argv, exit_timeout=120):
         gc.freeze()
         sent, secs, _ = asyncio.run(
             produce_paced(url, w, seconds, stamped=True, tag=tag, create=False)
         )
-        if child.wait(120) != 0:
-            raise RuntimeError(f"e2e consumer exited {child.returncode}")
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     ages = np.load(samples)
     note = "ordered push consumer in another process; 10 async publishes per ms at 10 MB/s"
     if w.rf > 1:

@@ -56,8 +56,6 @@ if str(_ROOT) not in sys.path:
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -74,6 +72,8 @@ from bench.peers.common import (  # noqa: E402
     Workload,
     age_ns,
     append_row,
+    e2e_consumer_process,
+    ensure_apt,
     payload_pool,
     percentiles_ms,
     record_count,
@@ -92,14 +92,7 @@ WAIT_TIMEOUT_MS = 5000
 
 
 def ensure_installed() -> None:
-    if shutil.which("redis-server") and shutil.which("redis-benchmark"):
-        return
-    cmd = "apt-get update && apt-get install -y redis-server redis-tools"
-    if os.geteuid() != 0:
-        print(f"redis-server is missing; install it with: sudo sh -c '{cmd}'", file=sys.stderr)
-        sys.exit(2)
-    print(f"installing: {cmd}", file=sys.stderr, flush=True)
-    subprocess.run(["sh", "-c", cmd], check=True, stdout=subprocess.DEVNULL)
+    ensure_apt(("redis-server", "redis-benchmark"), ("redis-server", "redis-tools"))
 
 
 def _node(name: str, data: Path, port: int, fsync: str, primary: int | None) -> ChildProcess:
@@ -250,20 +243,10 @@ def run_e2e(r: redis.Redis, port: int, w: Workload, seconds: float, tmp: Path) -
     key = f"e2e-{w.acks}-{w.rf}"
     samples = tmp / f"{key}.npy"
     argv = [sys.executable, __file__, "--e2e-consumer", str(port), key, str(samples)]
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True)
-    try:
-        assert child.stdout is not None
-        if child.stdout.readline().strip() != b"ready":
-            raise RuntimeError("e2e consumer did not start")
+    with e2e_consumer_process(argv, exit_timeout=60):
         gc.freeze()
         sent, secs, _ = produce_paced(r, w, key, seconds, stamped=True)
         r.xadd(key, {"end": "1"})
-        if child.wait(60) != 0:
-            raise RuntimeError(f"e2e consumer exited {child.returncode}")
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     ages = np.load(samples)
     note = "consumer: XREAD BLOCK in another process; pipelines of 10 records at 10 MB/s"
     if w.rf > 1:
