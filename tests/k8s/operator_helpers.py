@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from headwater.dev.procs import ChildProcess
+from tests.helpers.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "charts" / "headwater" / "crds"
@@ -85,16 +85,16 @@ def eventually(
 ) -> T:
     """Poll ``fn`` until it returns something truthy (returned); AssertionError after
     ``timeout`` seconds with ``diagnose()`` appended."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(
-        f"timed out after {timeout}s waiting for {what}; last={last!r}\n{diagnose()}"
-    )
+    last: list[T | None] = [None]
+
+    def probe() -> T | None:
+        last[0] = fn()
+        return last[0]
+
+    try:
+        return wait_for(probe, timeout=timeout, what=what, interval=interval)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last={last[0]!r}\n{diagnose()}") from None
 
 
 def topic(name: str, **spec: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.helpers.wait import wait_for
 from tests.k8s.apiserver import REPO, tools_env
 
 CHART = REPO / "charts" / "headwater"
@@ -339,14 +340,15 @@ def test_helm_install_and_uninstall(k8s_tools: Path, kube_apiserver: Path) -> No
     assert (status["version"], status["info"]["status"]) == (2, "deployed")
 
     run([helm, "uninstall", "hw", "-n", ns, "--timeout", "60s"], env)
-    deadline = time.monotonic() + 60
-    while True:
+
+    def gone() -> bool:
         left = kc("get", "-n", ns, "-o", "name", "--ignore-not-found", *refs(namespaced))
         left += kc("get", "-o", "name", "--ignore-not-found", *refs(cluster))
-        if not left.split() or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert left.split() == [], f"left after helm uninstall: {left}"
+        return not left.split()
+
+    wait_for(
+        gone, timeout=60, what="every object of the release gone after helm uninstall", interval=0.5
+    )
     # Helm keeps CRDs from crds/ (deleting them would delete every Topic in the cluster)
     kc("get", "crd/topics.headwater.dev")
     assert install_s < 60

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.helpers.wait import wait_for
 from tests.k8s.apiserver import REPO, tools_env
 
 CRDS = REPO / "charts" / "headwater" / "crds"
@@ -52,11 +52,13 @@ def kubectl(k8s_tools: Path, kube_apiserver: Path) -> Kubectl:
         k("wait", "--for=condition=Established", "--timeout=30s", f"crd/{crd}")
     k("create", "namespace", NS)
     # a CRD is Established before its REST endpoint and discovery are served everywhere
-    deadline = time.monotonic() + 30
     both = "topics.headwater.dev,consumergroups.headwater.dev"
-    while k("get", "-n", NS, both, check=False).returncode:
-        assert time.monotonic() < deadline, "the CRDs' endpoints never answered"
-        time.sleep(0.2)
+    wait_for(
+        lambda: k("get", "-n", NS, both, check=False).returncode == 0,
+        timeout=30,
+        what="the CRDs' endpoints to answer",
+        interval=0.2,
+    )
     return k
 
 
