@@ -55,12 +55,9 @@ from headwater.dev.etcd_server import EtcdServer
 from headwater.dev.procs import ChildProcess, python_env, wait_until
 from headwater.dev.tls import CertificateAuthority, Issued
 from headwater.rpc.auth import credentials
-from headwater.rpc.auth.client import SERVICE_USER_ENV
 from headwater.v1 import broker_pb2_grpc, metadata_pb2
 
 HOST = "127.0.0.1"
-#: The services' internal identity when the authorizer is on (a super user).
-SERVICE_USER = "headwater-service"
 
 
 @dataclass
@@ -78,7 +75,7 @@ class ServiceProcess:
     extra: dict[str, object] = field(default_factory=dict)
     #: How the launcher itself talks to the process (health checks); None: plaintext.
     security: ClientSecurity | None = None
-    #: Extra environment of the child (e.g. HEADWATER_SERVICE_USER, the internal identity).
+    #: Extra environment of the child (e.g. HEADWATER_SERVICE_USER, the internal token's name).
     env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -262,14 +259,14 @@ class LocalCluster:
         self.tls_client_auth = tls_client_auth
         self._security_args = list(security_args)
         #: Authorizer on (docs/security.md): every service gets ``--authorizer`` and the super
-        #: users (``User:headwater-service`` — the services' internal identity, a token they
-        #: mint with the cluster key via $HEADWATER_SERVICE_USER —, ``User:admin`` and
-        #: ``super_users``); ``admin`` gets SCRAM credentials written to etcd at start
-        #: (:meth:`admin_security`).
+        #: users (``User:admin`` and ``super_users``); ``admin`` gets SCRAM credentials written
+        #: to etcd at start (:meth:`admin_security`). The services need no entry: they call
+        #: each other with internal tokens minted with the cluster key from etcd, on every
+        #: cluster (headwater.rpc.auth.client.attach_service).
         self.authorizer = self.default_authorizer if authorizer is None else authorizer
         self.admin_password = self.default_admin_password or secrets.token_hex(12)
         if self.authorizer:
-            supers = [f"User:{SERVICE_USER}", "User:admin", *self.default_super_users]
+            supers = ["User:admin", *self.default_super_users]
             supers += super_users
             self._security_args += ["--authorizer", "--super-users", ";".join(supers)]
         self.ca: CertificateAuthority | None = None
@@ -332,8 +329,6 @@ class LocalCluster:
     def _secured(self, proc: ServiceProcess) -> ServiceProcess:
         proc.argv += self._service_security_args(proc.name)
         proc.security = self.client_security()
-        if self.authorizer:
-            proc.env[SERVICE_USER_ENV] = SERVICE_USER
         return proc
 
     def admin_security(self, mechanism: str = "SCRAM-SHA-512") -> ClientSecurity:

@@ -98,6 +98,10 @@ class MetadataCache:
 
         A requested topic that is not known gets ``UNKNOWN_TOPIC_OR_PARTITION`` in its
         ``TopicMetadata.error_code`` (the request as a whole succeeds).
+
+        Clients see what a Kafka client sees: no broker epochs, no controller epoch and no
+        partition epoch (the fencing values of the control RPCs, which only the controller
+        sends; the broker keeps them in this cache for its own use, :meth:`broker`/:meth:`topic`).
         """
         snap = self._snap
         wanted = list(dict.fromkeys(topics))
@@ -111,7 +115,7 @@ class MetadataCache:
             resp.controller.CopyFrom(snap.controller)
         if not wanted:
             resp.topics.extend(snap.topics[name] for name in sorted(snap.topics))
-            return resp
+            return _public(resp)
         for name in wanted:
             t = snap.topics.get(name)
             if t is None:
@@ -122,4 +126,18 @@ class MetadataCache:
                 )
             else:
                 resp.topics.append(t)
-        return resp
+        return _public(resp)
+
+
+def _public(resp: metadata_pb2.MetadataResponse) -> metadata_pb2.MetadataResponse:
+    """Clear the fencing epochs from a Metadata answer (its messages are copies)."""
+    infos = [*resp.brokers, *resp.coordinators]
+    if resp.HasField("controller"):
+        infos.append(resp.controller)
+    for b in infos:
+        b.ClearField("broker_epoch")
+    for t in resp.topics:
+        for p in t.partitions:
+            p.ClearField("controller_epoch")
+            p.ClearField("partition_epoch")
+    return resp

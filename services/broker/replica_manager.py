@@ -5,7 +5,11 @@ State owned here (all on the event loop):
 * ``partitions``: ``(topic, partition) -> Partition`` for every replica the controller assigned
   to this broker since start (LeaderAndIsr adds or updates, StopReplica removes);
 * ``controller_epoch``: the highest controller epoch seen; requests carrying an older one are
-  refused with ``STALE_CONTROLLER_EPOCH`` (a deposed controller cannot change anything);
+  refused with ``STALE_CONTROLLER_EPOCH`` (a deposed controller cannot change anything). A
+  higher one is adopted only once etcd confirms it (``read_controller_epoch``: the epoch the
+  controller election wrote, services/controller/state.py): a request carrying an epoch etcd
+  does not have is refused with ``STALE_CONTROLLER_EPOCH`` and changes nothing, so a forged
+  epoch cannot lock the real controller out;
 * ``broker_epoch``: this broker's registration epoch (the etcd create revision of its key), set
   by the registration task; control requests must carry exactly this value, else
   ``STALE_BROKER_EPOCH`` (they were meant for an earlier incarnation of this broker). Until the
@@ -31,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from headwater.batch import now_ms
@@ -44,6 +49,7 @@ from headwater.errors import (
     UnknownTopicOrPartitionError,
     message_of,
 )
+from headwater.etcd import EtcdError
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker import metrics
@@ -78,6 +84,11 @@ class ReplicaManager:
         self.metadata = metadata
         self.partitions: dict[Key, Partition] = {}
         self.controller_epoch = -1
+        #: reads the controller epoch from etcd (set once etcd is connected; until then no
+        #: higher epoch is adopted)
+        self.read_controller_epoch: Callable[[], Awaitable[int]] | None = None
+        #: the highest controller epoch etcd was seen to hold
+        self._confirmed_controller_epoch = -1
         self.broker_epoch: int | None = None
         self._control_lock = asyncio.Lock()
         self.peers = peers or Peers(metadata)
@@ -136,7 +147,7 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ fencing
 
-    def _check_fence(self, controller_epoch: int, broker_epoch: int) -> None:
+    async def _check_fence(self, controller_epoch: int, broker_epoch: int) -> None:
         if self.broker_epoch is None or broker_epoch > self.broker_epoch:
             # The controller saw our registration in etcd before our own put returned (or
             # before a re-registration finished): not stale, just early. Retriable.
@@ -153,7 +164,28 @@ class ReplicaManager:
             raise StaleControllerEpochError(
                 f"controller epoch {controller_epoch} is older than {self.controller_epoch}"
             )
+        if controller_epoch > self.controller_epoch:
+            await self._confirm_controller_epoch(controller_epoch)
         self.controller_epoch = controller_epoch
+
+    async def _confirm_controller_epoch(self, epoch: int) -> None:
+        """Raise unless etcd holds a controller epoch >= ``epoch`` (read only when ``epoch``
+        is above what etcd was last seen to hold)."""
+        if epoch <= self._confirmed_controller_epoch:
+            return
+        if self.read_controller_epoch is None:
+            raise BrokerNotAvailableError("broker is still starting (etcd not connected)")
+        try:
+            current = await self.read_controller_epoch()
+        except (OSError, EtcdError) as exc:
+            raise BrokerNotAvailableError(
+                f"cannot confirm controller epoch {epoch}: etcd unreachable ({exc})"
+            ) from None
+        self._confirmed_controller_epoch = max(self._confirmed_controller_epoch, current)
+        if epoch > current:
+            raise StaleControllerEpochError(
+                f"controller epoch {epoch} is not the cluster's: etcd holds {current}"
+            )
 
     # ------------------------------------------------------------------ control RPCs
 
@@ -162,7 +194,7 @@ class ReplicaManager:
     ) -> broker_pb2.UpdateMetadataResponse:
         async with self._control_lock:
             try:
-                self._check_fence(req.controller_epoch, req.broker_epoch)
+                await self._check_fence(req.controller_epoch, req.broker_epoch)
             except HeadwaterError as exc:
                 log.warning("UpdateMetadata refused: %s", exc)
                 return broker_pb2.UpdateMetadataResponse(error_code=error_code(exc))
@@ -212,7 +244,7 @@ class ReplicaManager:
     ) -> broker_pb2.LeaderAndIsrResponse:
         async with self._control_lock:
             try:
-                self._check_fence(req.controller_epoch, req.broker_epoch)
+                await self._check_fence(req.controller_epoch, req.broker_epoch)
             except HeadwaterError as exc:
                 log.warning("LeaderAndIsr refused: %s", exc)
                 return broker_pb2.LeaderAndIsrResponse(error_code=error_code(exc))
@@ -297,7 +329,7 @@ class ReplicaManager:
     ) -> broker_pb2.StopReplicaResponse:
         async with self._control_lock:
             try:
-                self._check_fence(req.controller_epoch, req.broker_epoch)
+                await self._check_fence(req.controller_epoch, req.broker_epoch)
             except HeadwaterError as exc:
                 log.warning("StopReplica refused: %s", exc)
                 return broker_pb2.StopReplicaResponse(error_code=error_code(exc))

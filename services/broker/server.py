@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import json
 import logging
@@ -74,6 +75,7 @@ from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.peers import Peers
 from services.broker.replication.shutdown import controlled_shutdown
 from services.broker.storage import LogManager, cleaner
+from services.controller.state import read_controller_epoch
 from services.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
@@ -240,6 +242,7 @@ async def serve(settings: BrokerSettings) -> int:
     try:
         client = await hetcd.Etcd.connect(settings.etcd, **settings.security.etcd_kwargs())
         await attach_service(auth, client)  # token key, ACLs, the internal identity
+        rm.read_controller_epoch = functools.partial(read_controller_epoch, client)
         producer_ids.allocator = ProducerIdAllocator(client)
         broker_config = BrokerConfig(
             client, settings.broker_id, settings.static_configs, rm.set_topic_defaults

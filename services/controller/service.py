@@ -159,7 +159,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         info = LeaderInfo.decode(leader[0]) if leader else None
         brokers = []
         for kv in snap.items:
-            brokers.append(broker_info(st.Broker.decode(kv.value, kv.meta.create_revision)))
+            b = broker_info(st.Broker.decode(kv.value, kv.meta.create_revision))
+            b.ClearField("broker_epoch")  # a control-RPC fencing value: not for clients
+            brokers.append(b)
         return controller_pb2.DescribeClusterResponse(
             cluster_id=cid[0].decode() if cid else "",
             controller_id=info.controller_id if info else -1,

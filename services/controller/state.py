@@ -51,6 +51,13 @@ class FencedError(Exception):
     """A fenced write failed its comparison: this controller is deposed or read stale state."""
 
 
+async def read_controller_epoch(etcd: hetcd.Etcd) -> int:
+    """The controller epoch etcd holds (0 when no controller was ever elected): what a broker
+    checks before adopting a higher epoch from a control request."""
+    got = await etcd.get(EPOCH_KEY)
+    return int(got[0]) if got else 0
+
+
 def topic_key(name: str) -> str:
     return f"{TOPICS_PREFIX}{name}"
 

@@ -5,8 +5,9 @@ that sends it as ``authorization: Bearer <token>`` on every call.
   ``Authenticator.Authenticate`` on first use (on a channel of its own, without the
   interceptor) and again when less than a fifth of the token's life is left (or after
   :meth:`invalidate`). The password never leaves the process: only SCRAM proofs are sent.
-* :class:`LocalTokenSource` — a service with etcd access mints its own token with the
-  cluster token key (services' internal identity without TLS, docs/security.md).
+* :class:`LocalTokenSource` — a service with etcd access mints its own *internal* token with
+  the cluster token key (the services' internal identity, docs/security.md): every service
+  attaches one to every outgoing call (:func:`attach_service`), whatever the security flags.
 
 Both are shared by every channel of one connection pool and owned by its event loop.
 """
@@ -25,8 +26,10 @@ from headwater.rpc.auth import scram, tokens
 from headwater.v1 import security_pb2, security_pb2_grpc
 
 AUTHORIZATION_METADATA_KEY = "authorization"
-#: Environment variable naming the user a service mints its own token for (no TLS).
+#: Environment variable naming the principal of a service's internal token (optional).
 SERVICE_USER_ENV = "HEADWATER_SERVICE_USER"
+#: The internal token's user name when ``$HEADWATER_SERVICE_USER`` is not set.
+DEFAULT_SERVICE_USER = "headwater-service"
 MECHANISMS = {
     "SCRAM-SHA-256": security_pb2.SCRAM_SHA_256,
     "SCRAM-SHA-512": security_pb2.SCRAM_SHA_512,
@@ -121,18 +124,32 @@ class ScramTokenSource:
 
 
 class LocalTokenSource:
-    """Tokens for ``user`` minted locally with the cluster token key."""
+    """Tokens for ``user`` minted locally with the cluster token key (``internal``: the
+    cluster's own identity, see :mod:`headwater.rpc.auth.tokens`)."""
 
-    def __init__(self, key: bytes, user: str, ttl_ms: int = tokens.DEFAULT_TOKEN_TTL_MS) -> None:
-        self._key, self._user, self._ttl = key, user, ttl_ms
+    def __init__(
+        self,
+        key: bytes,
+        user: str,
+        ttl_ms: int = tokens.DEFAULT_TOKEN_TTL_MS,
+        *,
+        internal: bool = False,
+    ) -> None:
+        self._key, self._user, self._ttl, self._internal = key, user, ttl_ms, internal
         self._token: str | None = None
         self._expiry = self._issued = 0
 
-    async def token(self, target: str = "") -> str:
+    def current(self) -> str:
+        """The current token (minted again when a fifth of its life is left)."""
         if self._token is None or _refresh_due(self._expiry, self._issued):
             self._issued = tokens.now_ms()
-            self._token, self._expiry = tokens.mint(self._key, self._user, ttl_ms=self._ttl)
+            self._token, self._expiry = tokens.mint(
+                self._key, self._user, ttl_ms=self._ttl, internal=self._internal
+            )
         return self._token
+
+    async def token(self, target: str = "") -> str:
+        return self.current()
 
 
 _default_source: TokenSource | None = None
@@ -156,14 +173,18 @@ def channel_interceptors(target: str) -> list[grpc.aio.ClientInterceptor] | None
     return None if source is None else bearer_interceptors(source, target)
 
 
+def service_user() -> str:
+    """The principal name of this process's internal token."""
+    return os.environ.get(SERVICE_USER_ENV, "").strip() or DEFAULT_SERVICE_USER
+
+
 async def attach_service(auth: Any, etcd: Any) -> None:
-    """Complete a service's :class:`~headwater.rpc.auth.interceptor.ServerAuth` with etcd and,
-    when ``$HEADWATER_SERVICE_USER`` is set, make every outgoing call of the process carry a
-    token for that user minted with the cluster key (its internal identity without TLS)."""
+    """Complete a service's :class:`~headwater.rpc.auth.interceptor.ServerAuth` with etcd and
+    make every outgoing call of the process carry an internal token (the cluster's own
+    identity, minted with the cluster key; principal ``$HEADWATER_SERVICE_USER``, default
+    :data:`DEFAULT_SERVICE_USER`). Always: the internal RPCs accept nothing else."""
     await auth.attach(etcd)
-    user = os.environ.get(SERVICE_USER_ENV, "").strip()
-    if user:
-        set_default_token_source(LocalTokenSource(auth.token_key, user))
+    set_default_token_source(LocalTokenSource(auth.token_key, service_user(), internal=True))
 
 
 def _with_token(details: Any, token: str) -> Any:

@@ -9,7 +9,13 @@ reflection pass through):
    SASL_AUTHENTICATION_FAILED — never silently anonymous) and names the user; without a token,
    the mTLS certificate principal; else ANONYMOUS. The user is published to the handler through
    :func:`headwater.rpc.principal.set_authenticated` (a context variable of the call's task);
-2. with the authorizer on, the method's :class:`~headwater.rpc.auth.rules.Rule`: every need
+2. a caller with an *internal* token (:mod:`headwater.rpc.auth.tokens`) is the cluster
+   itself: everything is allowed, as for a super user;
+3. always, authorizer on or off: an internal method (``Rule.internal``: LeaderAndIsr,
+   StopReplica, ReplicaFetch, AlterPartition, ...) refuses every other caller with
+   CLUSTER_AUTHORIZATION_FAILED (PERMISSION_DENIED) — unless the authorizer is on and lets
+   the caller through step 4 (super user, ClusterAction ACL: Kafka's rule);
+4. with the authorizer on, the method's :class:`~headwater.rpc.auth.rules.Rule`: every need
    must be allowed (else the resource type's *_AUTHORIZATION_FAILED); per-partition denials
    are answered in-band; list answers are filtered.
 
@@ -127,15 +133,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, auth: ServerAuth) -> None:
         self._auth = auth
 
-    def authenticate(self, context: Any) -> str:
+    def authenticate(self, context: Any) -> tokens.Identity:
         token = bearer_of(context)
         if token is not None:
             try:
-                return tokens.verify(self._auth.token_key, token)
+                return tokens.verify_identity(self._auth.token_key, token)
             except tokens.InvalidTokenError as exc:
                 raise errors.SaslAuthenticationFailedError(f"invalid token: {exc}") from None
         name = principal.cert_principal_of(context)
-        return principal.ANONYMOUS if name is None else name
+        return tokens.Identity(principal.ANONYMOUS if name is None else name)
 
     def _decide(self, user: str, context: Any) -> rules.Decide:
         authz = self._auth.authorizer
@@ -188,8 +194,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         """Authenticate, publish the user and check the whole-request needs. Returns the
         decision function (None when the authorizer is off or the method is open)."""
         await self._auth.wait_ready()
-        user = self.authenticate(context)
+        identity = self.authenticate(context)
+        user = identity.user
         principal.set_authenticated(user)
+        if identity.internal:
+            return None  # the cluster itself
+        if rule.internal and self._auth.authorizer is None:
+            raise errors.ClusterAuthorizationFailedError(
+                "only the cluster's own services may call this internal RPC "
+                "(docs/security.md, internal identity)"
+            )
         if self._auth.authorizer is None or rule.open:
             return None
         decide = self._decide(user, context)

@@ -11,9 +11,17 @@ refinements:
   caller may not DESCRIBE (an explicitly requested but denied topic is answered with
   TOPIC_AUTHORIZATION_FAILED).
 
-An RPC missing from :data:`RULES` is denied for everyone but super users (a new RPC cannot
+``internal`` marks the cluster's own RPCs (controller -> broker, broker -> broker,
+coordinator -> broker/coordinator, broker -> controller: every rule that needs ClusterAction
+on the cluster whatever the request): they are closed by default, with or without the
+authorizer — only the cluster's internal identity (an internal token, minted with the cluster
+key from etcd) passes; with the authorizer on, a super user or a ClusterAction ACL also passes
+(Kafka's rule). See :mod:`headwater.rpc.auth.interceptor` and docs/security.md.
+
+An RPC missing from :data:`RULES` is internal and needs ALL on the cluster (a new RPC cannot
 be forgotten open); ``tests/security/test_acls_rules.py`` checks the table covers every method
-of every service descriptor. :data:`OPEN` lists the methods that need no authorization.
+of every service descriptor. :data:`OPEN` lists the methods that need no authorization,
+:data:`INTERNAL` the internal ones.
 """
 
 from __future__ import annotations
@@ -91,6 +99,8 @@ class Rule:
     inband: Inband | None = None
     filter: Callable[[Decide, Any, Any], None] | None = None
     open: bool = False
+    #: the cluster's own RPC: closed to everyone but the internal identity by default
+    internal: bool = False
     #: the request is a stream (no request to inspect before the handler): needs get None
     streaming: bool = False
 
@@ -103,7 +113,8 @@ def _cluster(op: int) -> Rule:
     return Rule(needs=lambda r: [_n(CLUSTER, op, CLUSTER_NAME)])
 
 
-_CLUSTER_ACTION = _cluster(CLUSTER_ACTION)
+#: The internal RPCs' rule: the cluster's own identity (or, with the authorizer, ClusterAction).
+_CLUSTER_ACTION = Rule(needs=lambda r: [_n(CLUSTER, CLUSTER_ACTION, CLUSTER_NAME)], internal=True)
 
 
 def _topics(op: int, names: Iterable[str]) -> list[Need]:
@@ -198,9 +209,7 @@ def _rules() -> dict[str, Rule]:
             inband=Inband("partitions", "partitions", DESCRIBE, broker_pb2.ListOffsetsResponse)
         ),
         b + "Metadata": Rule(filter=_filter_metadata),
-        b + "ReplicaFetch": Rule(
-            needs=lambda r: [_n(CLUSTER, CLUSTER_ACTION, CLUSTER_NAME)], streaming=True
-        ),
+        b + "ReplicaFetch": Rule(needs=_CLUSTER_ACTION.needs, internal=True, streaming=True),
         b + "OffsetForLeaderEpoch": Rule(needs=_offset_for_leader_epoch),
         b + "LeaderAndIsr": _CLUSTER_ACTION,
         b + "UpdateMetadata": _CLUSTER_ACTION,
@@ -277,8 +286,10 @@ RULES: dict[str, Rule] = _rules()
 #: Methods open to everyone (authentication itself; health and reflection are not Headwater
 #: services and are passed through by the interceptor).
 OPEN = frozenset(m for m, r in RULES.items() if r.open)
-#: A rule for methods missing from the table: only super users pass.
-UNKNOWN = Rule(needs=lambda r: [_n(CLUSTER, OP.ACL_OPERATION_ALL, CLUSTER_NAME)])
+#: The cluster's own RPCs (closed by default; methods missing from the table are too).
+INTERNAL = frozenset(m for m, r in RULES.items() if r.internal)
+#: A rule for methods missing from the table: internal, and only super users pass.
+UNKNOWN = Rule(needs=lambda r: [_n(CLUSTER, OP.ACL_OPERATION_ALL, CLUSTER_NAME)], internal=True)
 
 
 def rule_for(method: str) -> Rule:
