@@ -1,6 +1,8 @@
 """Helpers for broker tests: a real broker process against the real etcd, and the test in
 the controller's role (it sends LeaderAndIsr / UpdateMetadata / StopReplica over gRPC itself,
-stamped with the broker epoch read from etcd; no controller process is needed)."""
+stamped with the broker epoch read from etcd; no controller process is needed). Like a
+controller it speaks with the cluster's internal identity (tests/helpers/internal.py) and
+publishes its controller epoch in etcd, where brokers confirm a new epoch before adopting it."""
 
 from __future__ import annotations
 
@@ -12,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-import grpc
-
 from headwater import etcd as hetcd
 from headwater.dev.procs import ChildProcess, python_env, wait_until
 from headwater.rpc.server import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.controller.state import EPOCH_KEY
+from tests.helpers.internal import cluster_key, internal_channel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,6 +53,8 @@ class BrokerProc:
     metrics_port: int = 0
     child: ChildProcess | None = field(default=None, repr=False)
     extra_args: list[str] = field(default_factory=list)
+    #: the cluster token key the broker loaded (read from etcd once it is ready)
+    token_key: bytes = b""
 
     @property
     def addr(self) -> str:
@@ -80,6 +84,7 @@ class BrokerProc:
         )
         ready = json.loads(self.ready_file.read_text())
         self.port, self.metrics_port = ready["port"], ready["metrics_port"]
+        self.token_key = cluster_key(self.etcd)
 
     def stop(self) -> int | None:
         return self.child.stop() if self.child is not None else None
@@ -95,13 +100,36 @@ class ActingController:
 
     def __init__(self, broker: BrokerProc, controller_epoch: int = 1) -> None:
         self.broker = broker
+        self._controller_epoch = 0
         self.controller_epoch = controller_epoch
         self.topics: dict[str, metadata_pb2.TopicMetadata] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self.connect()
 
+    @property
+    def controller_epoch(self) -> int:
+        return self._controller_epoch
+
+    @controller_epoch.setter
+    def controller_epoch(self, epoch: int) -> None:
+        """Take the controller epoch ``epoch`` as an election would: etcd holds it first."""
+
+        async def publish() -> None:
+            client = await hetcd.Etcd.connect(self.broker.etcd)
+            try:
+                got = await client.get(EPOCH_KEY)
+                if got is None or int(got[0]) < epoch:
+                    await client.put(EPOCH_KEY, str(epoch))
+            finally:
+                await client.close()
+
+        asyncio.run(publish())
+        self._controller_epoch = epoch
+
     def connect(self) -> None:
-        self.channel = grpc.insecure_channel(self.broker.addr, options=channel_options())
+        self.channel = internal_channel(
+            self.broker.addr, self.broker.token_key, options=channel_options()
+        )
         self.stub = broker_pb2_grpc.BrokerStub(self.channel)
 
     def close(self) -> None:

@@ -16,9 +16,11 @@ import grpc
 
 from headwater import etcd as hetcd
 from headwater.dev.cluster import ServiceProcess
+from headwater.rpc.auth import tokens
 from headwater.v1 import controller_pb2, controller_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 from tests.controller.fake_broker import FakeBroker
+from tests.helpers.internal import aio_interceptors
 from tests.helpers.wait import async_wait_for
 
 
@@ -41,9 +43,16 @@ class OpsEnv:
 
     async def __aenter__(self) -> OpsEnv:
         self.etcd = await hetcd.Etcd.connect(self.endpoint)
+        # the stand-in brokers call internal RPCs (AlterPartition, ControlledShutdown): they
+        # speak with the cluster's internal identity, as brokers do
+        key = await async_wait_for(
+            lambda: self.etcd.get(tokens.TOKEN_KEY_PATH), timeout=20, what="cluster token key"
+        )
         self.stubs = []
         for proc in self.procs:
-            ch = grpc.aio.insecure_channel(proc.address)
+            ch = grpc.aio.insecure_channel(
+                proc.address, interceptors=aio_interceptors(key[0], proc.address)
+            )
             self._channels.append(ch)
             self.stubs.append(controller_pb2_grpc.ControllerStub(ch))
         self.stub = self.stubs[0]

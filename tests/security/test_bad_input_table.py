@@ -21,12 +21,12 @@ from headwater.v1 import (
     broker_pb2_grpc,
     controller_pb2,
     controller_pb2_grpc,
-    metadata_pb2,
 )
 from headwater.v1 import coordinator_pb2 as cpb
 from headwater.v1 import coordinator_pb2_grpc as cgrpc
 from headwater.v1.errors_pb2 import ErrorCode as E
 from tests.fuzz.hostile import GOOD, ClusterView, code_of_call, patched, rss_bytes, send_raw
+from tests.helpers.internal import cluster_key, internal_channel, registration_epoch
 from tests.helpers.wait import wait_for
 
 T = "hostile"  # 2 partitions, replication factor 2, max.message.bytes 2048
@@ -95,8 +95,18 @@ class Env:
         return next((t.error_code for t in out[0].topics if t.error_code), 0)
 
     def broker_epoch(self, broker_id: int) -> int:
-        resp = self.view.broker_stub(1).Metadata(metadata_pb2.MetadataRequest(), timeout=10)
-        return next(b.broker_epoch for b in resp.brokers if b.broker_id == broker_id)
+        """From etcd (the registration's create revision): Metadata does not show it."""
+        return registration_epoch(self.cluster.etcd.endpoint, broker_id)
+
+    def internal_broker(self, broker_id: int) -> broker_pb2_grpc.BrokerStub:
+        """Broker ``broker_id`` as the cluster's own services reach it (internal token)."""
+        if not hasattr(self, "_internal"):
+            self._internal: dict[int, grpc.Channel] = {}
+        if broker_id not in self._internal:
+            key = cluster_key(self.cluster.etcd.endpoint)
+            address = self.cluster.brokers[broker_id].address
+            self._internal[broker_id] = internal_channel(address, key)
+        return broker_pb2_grpc.BrokerStub(self._internal[broker_id])
 
     def fetch_code(self, offset: int) -> int:
         req = broker_pb2.FetchRequest(topic=T, partition=0, offset=offset, max_bytes=1 << 20)
@@ -264,8 +274,17 @@ ROWS: dict[str, Row] = {
         ).error_code,
         E.UNKNOWN_MEMBER_ID,
     ),
+    "LeaderAndIsr from a plain client": (
+        lambda e: code_of_call(
+            lambda: e.view.broker_stub(1).LeaderAndIsr(
+                broker_pb2.LeaderAndIsrRequest(controller_id=1, controller_epoch=I32_MAX),
+                timeout=30,
+            )
+        ),
+        E.CLUSTER_AUTHORIZATION_FAILED,
+    ),
     "LeaderAndIsr with an old controller epoch": (
-        lambda e: e.view.broker_stub(1)
+        lambda e: e.internal_broker(1)
         .LeaderAndIsr(
             broker_pb2.LeaderAndIsrRequest(
                 controller_id=1, controller_epoch=0, broker_epoch=e.broker_epoch(1)
@@ -278,7 +297,7 @@ ROWS: dict[str, Row] = {
     "ReplicaFetch with a stale broker epoch": (
         lambda e: next(
             iter(
-                e.view.broker_stub(1).ReplicaFetch(
+                e.internal_broker(1).ReplicaFetch(
                     iter(
                         [
                             broker_pb2.ReplicaFetchRequest(
