@@ -130,7 +130,9 @@ def _needs(method: str, rule: Rule) -> str:
     for req in samples:
         for need in rule.needs(req):
             found[" or ".join(_check(c) for c in (need.check, *need.alternatives))] = None
-    return "; ".join(found) or "-"
+    text = "; ".join(found) or "-"
+    # internal RPCs: closed to all but the cluster's identity, authorizer on or off
+    return f"**internal**; {text}" if rule.internal else text
 
 
 def table() -> str:
