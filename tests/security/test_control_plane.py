@@ -356,9 +356,7 @@ def test_the_internal_claim_cannot_be_added_to_a_user_token() -> None:
 def test_metadata_shows_no_epochs(env: Env) -> None:
     assert env.controller_epoch() >= 1 and registration_epoch(env.endpoint, 1) > 0
     for broker_id in env.cluster.brokers:
-        md = env.view.broker_stub(broker_id).Metadata(
-            metadata_pb2.MetadataRequest(), timeout=10
-        )
+        md = env.view.broker_stub(broker_id).Metadata(metadata_pb2.MetadataRequest(), timeout=10)
         assert len(md.brokers) == 2 and md.HasField("controller") and md.coordinators
         for b in [*md.brokers, md.controller, *md.coordinators]:
             assert b.broker_epoch == 0, b
