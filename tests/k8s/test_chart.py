@@ -117,6 +117,12 @@ def test_default_objects(k8s_tools: Path) -> None:
     }
     assert "hw-headwater-grafana-dashboard" in by_kind(docs, "ConfigMap")
     assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+    # etcd holds the token key (the cluster's internal identity): only the services reach it
+    (policy,) = by_kind(docs, "NetworkPolicy").values()
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "etcd"
+    (peers,) = policy["spec"]["ingress"][0]["from"]
+    (components,) = peers["podSelector"]["matchExpressions"]
+    assert sorted(components["values"]) == ["broker", "controller", "coordinator", "etcd"]
 
     broker = sts["hw-headwater-broker"]
     assert broker["spec"]["serviceName"] == "hw-headwater-broker-headless"
