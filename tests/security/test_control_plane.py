@@ -282,6 +282,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 def test_the_internal_rpcs_are_enumerated() -> None:
     found = {_path(m) for m in internal_methods()}
     assert found >= KNOWN_INTERNAL, KNOWN_INTERNAL - found
+    assert found == rules.INTERNAL  # every descriptor method has a rule (test_acls_rules)
+    assert rules.rule_for("/headwater.v1.Broker/ANewRpcWithoutARule").internal  # closed
     # the rules table's internal methods are exactly the unconditional ClusterAction ones
     for method, rule in rules.RULES.items():
         if rule.internal:
