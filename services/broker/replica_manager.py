@@ -102,6 +102,22 @@ class ReplicaManager:
         for d in self.log_manager.log_dirs:
             self._hw_at_start.update(hw_checkpoint.read_high_watermarks(d))
 
+    async def remove_stray_logs(self, expected: dict[Key, str], unreadable: set[str]) -> list[Key]:
+        """Delete the logs the cluster no longer assigns here under their stored topic id
+        (``services.broker.stray_replicas``; ``LogManager.remove_stale``), before the broker
+        registers. Returns the partitions deleted."""
+        removed: list[Key] = await asyncio.to_thread(
+            self.log_manager.remove_stale, expected, unknown_topics=unreadable
+        )
+        for key in removed:
+            self._hw_at_start.pop(key, None)
+            log.warning(
+                "deleted stray log %s-%d: its topic was deleted or re-created, or the "
+                "partition moved away, while this broker was not registered",
+                *key,
+            )
+        return removed
+
     async def checkpoint_high_watermarks(self) -> None:
         """Write each log directory's ``replication-offset-checkpoint``."""
         by_dir: dict[Any, dict[Key, int]] = {d: {} for d in self.log_manager.log_dirs}
@@ -266,10 +282,13 @@ class ReplicaManager:
             if config != p.config:
                 await p.run_exclusive(lambda: p.update_config(config))  # type: ignore[union-attr]
         else:
+            # A stored log of another topic id (a deleted topic of the same name) is deleted
+            # and replaced by an empty one here: its records are never served or replicated.
             log_ = await asyncio.to_thread(
-                self.log_manager.get_or_create, a.topic, state.partition, config
+                self.log_manager.get_or_create, a.topic, state.partition, config, a.topic_id
             )
             p = Partition(a.topic, state.partition, log_, config, self.broker_id)
+            p.topic_id = self.log_manager.topic_id(a.topic, state.partition) or ""
             p.high_watermark = min(self._hw_at_start.pop(key, 0), p.log_end_offset)
             self.partitions[key] = p
             metrics.set_log_size(a.topic, state.partition, int(log_.size_in_bytes))
