@@ -19,8 +19,24 @@ from headwater.dev.procs import ChildProcess, python_env, wait_until
 from headwater.rpc.server import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.controller import state as st
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def record_topic(endpoint: str, name: str, partitions: int, replicas: list[int]) -> None:
+    """Write ``name``'s record in etcd as the real controller would (``ActingController``
+    does not): a broker starting up keeps only the logs the cluster's topics assign to it."""
+    topic = st.Topic(name, f"id-{name}", {p: list(replicas) for p in range(partitions)}, {})
+
+    async def run() -> None:
+        client = await hetcd.Etcd.connect(endpoint)
+        try:
+            await client.put(st.topic_key(name), topic.encode())
+        finally:
+            await client.close()
+
+    asyncio.run(run())
 
 
 def read_registration(endpoint: str, broker_id: int) -> tuple[dict[str, object], int] | None:

@@ -122,4 +122,4 @@ def test_damaged_partition_metadata_is_a_storage_error(tmp_path, clock):
     with pytest.raises(KafkaStorageError, match="malformed"):
         LogManager([tmp_path / "d"], clock=clock)
     with pytest.raises(KafkaStorageError, match="not a topic id"):
-        partition_metadata.write_topic_id(tmp_path / "d" / "t-0", "../x")
+        partition_metadata.write_topic_id(tmp_path / "d" / "t-0", "two\nlines")

@@ -11,7 +11,7 @@ Format (Kafka's, text, replaced atomically: write ``.tmp``, fsync, rename, fsync
 directory)::
 
     version: 0
-    topic_id: <the topic id as the cluster spells it (32 hex digits)>
+    topic_id: <the topic id as the cluster spells it (32 hex digits; any printable token)>
 
 A directory written before topic ids were stored has no file: its id is unknown until the
 broker learns the cluster's id for the name and stores it (:func:`write_topic_id`).
@@ -62,4 +62,9 @@ def write_topic_id(directory: Path, topic_id: str) -> None:
 
 
 def _valid_id(topic_id: str) -> bool:
-    return 0 < len(topic_id) <= 64 and topic_id.isalnum() and topic_id.isascii()
+    """One printable token (the cluster's ids are 32 hex digits)."""
+    return (
+        0 < len(topic_id) <= 255
+        and topic_id.isprintable()
+        and not any(c.isspace() for c in topic_id)
+    )
