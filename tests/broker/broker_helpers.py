@@ -114,7 +114,13 @@ class ActingController:
         self.controller_epoch = controller_epoch
         self.topics: dict[str, metadata_pb2.TopicMetadata] = {}
         self.configs: dict[str, dict[str, str]] = {}
+        #: topic ids sent for a topic name (default ``id-<name>``): another id for a known
+        #: name plays a topic deleted and created again
+        self.topic_ids: dict[str, str] = {}
         self.connect()
+
+    def topic_id(self, topic: str) -> str:
+        return self.topic_ids.get(topic, f"id-{topic}")
 
     def connect(self) -> None:
         self.channel = grpc.insecure_channel(self.broker.addr, options=channel_options())
@@ -142,7 +148,7 @@ class ActingController:
         for s in states:
             req.partitions.append(
                 broker_pb2.PartitionAssignment(
-                    topic=topic, topic_id=f"id-{topic}", state=s, configs=dict(configs or {})
+                    topic=topic, topic_id=self.topic_id(topic), state=s, configs=dict(configs or {})
                 )
             )
         return self.stub.LeaderAndIsr(req, timeout=30)
@@ -195,7 +201,10 @@ class ActingController:
             for p in range(partitions)
         ]
         self.topics[name] = metadata_pb2.TopicMetadata(
-            name=name, topic_id=f"id-{name}", partitions=states, configs=dict(configs or {})
+            name=name,
+            topic_id=self.topic_id(name),
+            partitions=states,
+            configs=dict(configs or {}),
         )
         self.configs[name] = dict(configs or {})
         resp = self.leader_and_isr(name, states, configs)

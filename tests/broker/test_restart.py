@@ -38,6 +38,9 @@ def test_restart_keeps_data(own_broker: BrokerProc, etcd_server: EtcdServer) -> 
     record_topic(own_broker.etcd, "durable", 2, [own_broker.broker_id])
     c.create_topic("forgotten")  # deleted from the cluster while the broker is down: no record
     assert produce(c, "forgotten", 0, encode_batch([b"gone"])).error_code == ErrorCode.NONE
+    c.create_topic("renamed")  # kept at start, then re-created before the broker hears of it
+    record_topic(own_broker.etcd, "renamed", 1, [own_broker.broker_id])
+    assert produce(c, "renamed", 0, encode_batch([b"old"] * 3)).error_code == ErrorCode.NONE
     sent = [
         encode_batch([b"r%d-%d" % (i, j) for j in range(10)], compression_type="lz4")
         for i in range(5)
@@ -68,5 +71,16 @@ def test_restart_keeps_data(own_broker: BrokerProc, etcd_server: EtcdServer) -> 
             assert got.records[pos + 16 : pos + h.total_size] == original[16:]
         # appends continue from the recovered end
         assert produce(c, "durable", 1, sent[0]).base_offset == 50
+
+        # a LeaderAndIsr carrying another topic id than the stored one: the old log is
+        # replaced by an empty one (the name was deleted and created again)
+        assert (own_broker.data_dir / "renamed-0").exists()
+        c.topic_ids["renamed"] = "id-renamed-2"
+        c.create_topic("renamed")
+        got = fetch_once(c, "renamed", 0, 0)
+        assert got.error_code == ErrorCode.NONE and got.high_watermark == 0 and not got.records
+        assert produce(c, "renamed", 0, encode_batch([b"new"])).base_offset == 0
+        metadata = (own_broker.data_dir / "renamed-0" / "partition.metadata").read_text()
+        assert metadata == "version: 0\ntopic_id: id-renamed-2\n"
     finally:
         c.close()
