@@ -20,6 +20,11 @@ with an older partition epoch than known is ignored (an AlterPartition answer go
 High watermarks are loaded from each log directory's ``replication-offset-checkpoint`` when a
 partition opens and written back by :meth:`checkpoint_high_watermarks`.
 
+Topic ids (issue 15): a hosted partition knows its topic's id (stored with its log,
+``storage/partition_metadata.py``). A LeaderAndIsr or an UpdateMetadata naming the topic with
+another id means the name was deleted and created again while this broker missed the
+StopReplica: the old log is deleted (a LeaderAndIsr then starts an empty one), never served.
+
 Control requests (LeaderAndIsr, UpdateMetadata, StopReplica) run one at a time under
 ``_control_lock``; they create, open, close and delete logs through the ``LogManager`` in
 worker threads. A whole-request rejection (fencing) is answered in the response's
@@ -183,8 +188,32 @@ class ReplicaManager:
                 log.warning("UpdateMetadata refused: %s", exc)
                 return broker_pb2.UpdateMetadataResponse(error_code=error_code(exc))
             self.metadata.update(req)
+            await self._drop_replaced_topics(req)
             await self._apply_topic_configs(req)
             return broker_pb2.UpdateMetadataResponse(error_code=ErrorCode.NONE)
+
+    async def _drop_replaced_topics(self, req: broker_pb2.UpdateMetadataRequest) -> None:
+        """Delete hosted partitions whose topic name now has another topic id: the topic was
+        deleted and created again while this broker missed the StopReplica (it was not
+        registered), and the new topic may not even be placed here. A topic absent from the
+        snapshot is left alone (a record the controller could not read must not delete
+        data); the start-up check handles it (``stray_replicas.py``)."""
+        ids = {t.name: t.topic_id for t in req.topics if t.topic_id}
+        dropped = False
+        for p in list(self.partitions.values()):
+            current = ids.get(p.topic)
+            if current and p.topic_id and current != p.topic_id:
+                log.warning(
+                    "%s-%d: topic id %s replaced by %s; deleting the old log",
+                    p.topic,
+                    p.partition,
+                    p.topic_id,
+                    current,
+                )
+                await self._stop(p, delete=True)
+                dropped = True
+        if dropped:
+            self._update_role_gauges()
 
     async def _apply_topic_configs(self, req: broker_pb2.UpdateMetadataRequest) -> None:
         """Dynamic topic configs: an altered config reaches brokers in UpdateMetadata (no
