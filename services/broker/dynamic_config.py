@@ -8,6 +8,10 @@ without an override; on every change they are handed to
 to the hosted partitions at once (no restart). Other keys (the quota window) are read from
 :attr:`BrokerConfig.current` by their users, and ``listeners`` are called after each change.
 
+The controller uses the same class without a broker id (``broker_id=None``): it then follows
+``brokers/<default>`` only, the cluster-wide level, over the static configs it is given
+(the topic defaults its leader elections resolve ``unclean.leader.election.enable`` with).
+
 One task (:meth:`BrokerConfig.run`) owns the state: it reads the prefix, applies it, then
 watches from the next revision; when the watch fails it re-reads after a short pause. A stored
 value that fails validation (written by hand: the controller validates) is logged and
@@ -67,12 +71,13 @@ class BrokerConfig:
     def __init__(
         self,
         etcd: hetcd.Etcd,
-        broker_id: int,
+        broker_id: int | None,
         static: Mapping[str, str],
         apply_topic_defaults: Callable[[dict[str, str]], Awaitable[None]],
     ) -> None:
         self._etcd = etcd
-        self._own_key = ce.BROKERS_PREFIX + str(broker_id)
+        #: ``brokers/<id>``; None: the cluster-wide level only (see module doc).
+        self._own_key = None if broker_id is None else ce.BROKERS_PREFIX + str(broker_id)
         self._default_key = ce.BROKERS_PREFIX + ce.DEFAULT
         self.static = dict(static)
         self._apply = apply_topic_defaults
@@ -99,9 +104,8 @@ class BrokerConfig:
                     stored[kv.key] = _valid_subset(kv.key, ce.decode_configs(kv.value))
                 except ValueError as exc:
                     log.error("ignoring malformed %s: %s", kv.key, exc)
-        await self._set(
-            effective(self.static, stored.get(self._default_key, {}), stored.get(self._own_key, {}))
-        )
+        own = stored.get(self._own_key, {}) if self._own_key is not None else {}
+        await self._set(effective(self.static, stored.get(self._default_key, {}), own))
         return snap.revision
 
     async def _set(self, current: dict[str, str]) -> None:

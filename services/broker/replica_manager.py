@@ -24,6 +24,11 @@ with an older partition epoch than known is ignored (an AlterPartition answer go
 High watermarks are loaded from each log directory's ``replication-offset-checkpoint`` when a
 partition opens and written back by :meth:`checkpoint_high_watermarks`.
 
+Topic ids (issue 15): a hosted partition knows its topic's id (stored with its log,
+``storage/partition_metadata.py``). A LeaderAndIsr or an UpdateMetadata naming the topic with
+another id means the name was deleted and created again while this broker missed the
+StopReplica: the old log is deleted (a LeaderAndIsr then starts an empty one), never served.
+
 Control requests (LeaderAndIsr, UpdateMetadata, StopReplica) run one at a time under
 ``_control_lock``; they create, open, close and delete logs through the ``LogManager`` in
 worker threads. A whole-request rejection (fencing) is answered in the response's
@@ -113,6 +118,22 @@ class ReplicaManager:
         for d in self.log_manager.log_dirs:
             self._hw_at_start.update(hw_checkpoint.read_high_watermarks(d))
 
+    async def remove_stray_logs(self, expected: dict[Key, str], unreadable: set[str]) -> list[Key]:
+        """Delete the logs the cluster no longer assigns here under their stored topic id
+        (``services.broker.stray_replicas``; ``LogManager.remove_stale``), before the broker
+        registers. Returns the partitions deleted."""
+        removed: list[Key] = await asyncio.to_thread(
+            self.log_manager.remove_stale, expected, unknown_topics=unreadable
+        )
+        for key in removed:
+            self._hw_at_start.pop(key, None)
+            log.warning(
+                "deleted stray log %s-%d: its topic was deleted or re-created, or the "
+                "partition moved away, while this broker was not registered",
+                *key,
+            )
+        return removed
+
     async def checkpoint_high_watermarks(self) -> None:
         """Write each log directory's ``replication-offset-checkpoint``."""
         by_dir: dict[Any, dict[Key, int]] = {d: {} for d in self.log_manager.log_dirs}
@@ -199,8 +220,32 @@ class ReplicaManager:
                 log.warning("UpdateMetadata refused: %s", exc)
                 return broker_pb2.UpdateMetadataResponse(error_code=error_code(exc))
             self.metadata.update(req)
+            await self._drop_replaced_topics(req)
             await self._apply_topic_configs(req)
             return broker_pb2.UpdateMetadataResponse(error_code=ErrorCode.NONE)
+
+    async def _drop_replaced_topics(self, req: broker_pb2.UpdateMetadataRequest) -> None:
+        """Delete hosted partitions whose topic name now has another topic id: the topic was
+        deleted and created again while this broker missed the StopReplica (it was not
+        registered), and the new topic may not even be placed here. A topic absent from the
+        snapshot is left alone (a record the controller could not read must not delete
+        data); the start-up check handles it (``stray_replicas.py``)."""
+        ids = {t.name: t.topic_id for t in req.topics if t.topic_id}
+        dropped = False
+        for p in list(self.partitions.values()):
+            current = ids.get(p.topic)
+            if current and p.topic_id and current != p.topic_id:
+                log.warning(
+                    "%s-%d: topic id %s replaced by %s; deleting the old log",
+                    p.topic,
+                    p.partition,
+                    p.topic_id,
+                    current,
+                )
+                await self._stop(p, delete=True)
+                dropped = True
+        if dropped:
+            self._update_role_gauges()
 
     async def _apply_topic_configs(self, req: broker_pb2.UpdateMetadataRequest) -> None:
         """Dynamic topic configs: an altered config reaches brokers in UpdateMetadata (no
@@ -298,10 +343,13 @@ class ReplicaManager:
             if config != p.config:
                 await p.run_exclusive(lambda: p.update_config(config))  # type: ignore[union-attr]
         else:
+            # A stored log of another topic id (a deleted topic of the same name) is deleted
+            # and replaced by an empty one here: its records are never served or replicated.
             log_ = await asyncio.to_thread(
-                self.log_manager.get_or_create, a.topic, state.partition, config
+                self.log_manager.get_or_create, a.topic, state.partition, config, a.topic_id
             )
             p = Partition(a.topic, state.partition, log_, config, self.broker_id)
+            p.topic_id = self.log_manager.topic_id(a.topic, state.partition) or ""
             p.high_watermark = min(self._hw_at_start.pop(key, 0), p.log_end_offset)
             self.partitions[key] = p
             metrics.set_log_size(a.topic, state.partition, int(log_.size_in_bytes))

@@ -33,11 +33,12 @@ Everything runs on one asyncio loop (``asyncio.run(serve(...))``). Who owns what
     demand by the replica manager's ``FetcherManager`` (``replication/fetcher.py``).
 
 Start order: log manager -> gRPC server (port bound) -> etcd connection (the producer-id
-allocator of ``Broker.InitProducerId`` shares it with registration) -> etcd registration (the
-controller may now send LeaderAndIsr) -> ready file. Stop order (SIGTERM/SIGINT): health
-NOT_SERVING and stop the gRPC server (in-flight calls get ``STOP_GRACE_S``), cancel the tasks,
-close every log (clean-shutdown marker), revoke the lease (the controller sees the broker leave
-at once).
+allocator of ``Broker.InitProducerId`` shares it with registration) -> stray logs deleted
+(topics deleted or re-created while this broker was away: ``stray_replicas.py``) -> etcd
+registration (the controller may now send LeaderAndIsr) -> ready file. Stop order
+(SIGTERM/SIGINT): health NOT_SERVING and stop the gRPC server (in-flight calls get
+``STOP_GRACE_S``), cancel the tasks, close every log (clean-shutdown marker), revoke the lease
+(the controller sees the broker leave at once).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from headwater.rpc.auth.client import attach_service
 from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
-from services.broker import metrics, servicer
+from services.broker import metrics, servicer, stray_replicas
 from services.broker.dynamic_config import BrokerConfig
 from services.broker.handlers.init_producer_id import ProducerIds
 from services.broker.metadata_cache import MetadataCache
@@ -248,6 +249,11 @@ async def serve(settings: BrokerSettings) -> int:
             client, settings.broker_id, settings.static_configs, rm.set_topic_defaults
         )
         await broker_config.load()  # topic defaults known before the first LeaderAndIsr
+        # Logs of topics deleted (or re-created, or moved away) while this broker was not
+        # registered go before it registers: never served, never replicated.
+        await rm.remove_stray_logs(
+            *await stray_replicas.cluster_assignment(client, settings.broker_id)
+        )
 
         def set_epoch(epoch: int | None) -> None:
             rm.broker_epoch = epoch

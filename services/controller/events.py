@@ -11,17 +11,25 @@ task (:meth:`ControllerLoop.run`), one event at a time (Kafka's controller event
 * ``Command`` — an RPC handler's work (``services.controller.topics``) with a future the
   handler awaits; while standby, commands fail with NOT_CONTROLLER;
 * ``Resync`` — reload everything from etcd and push it (after an error or a broken watch);
-* ``RebalanceCheck`` — the periodic automatic preferred-leader election (``operations``).
+* ``RebalanceCheck`` — the periodic automatic preferred-leader election (``operations``);
+* ``TopicDefaultsChanged`` — the cluster-wide dynamic config ``brokers/<default>`` changed
+  (``cluster-config-watch``, a task started while active, the broker's
+  :class:`~services.broker.dynamic_config.BrokerConfig` without a broker id).
 
 Partition leadership (decisions in :mod:`services.controller.leadership`): when a leader's
 broker is gone, a new leader is chosen from the live ISR members (preferred replica first;
 or, with ``unclean.leader.election.enable``, any live replica); with none, leader = -1 and
-the ISR is kept so its last member is elected when it returns. A dead follower leaves the
-ISR. A broker that re-registers with a new epoch (a bounce faster than its lease) is handled
-as gone, then joined. Brokers in controlled shutdown (``shutting_down``, until they
-re-register or vanish) are never elected. Every leader change bumps ``leader_epoch``; every
-change bumps ``partition_epoch``; each write is fenced (``state``), batched up to
-``state.TXN_CHUNK`` keys per transaction. Brokers are told through
+the ISR is kept so its last member is elected when it returns. Whether unclean election is
+enabled is the topic's effective ``unclean.leader.election.enable``, resolved like every topic
+setting (:func:`headwater.config.resolve_topic_config`): the topic override, else the
+cluster-wide default (``configs alter --entity-type brokers --entity-default``), else the
+built-in default (false). When that default changes, or a topic override does
+(``topics.alter_topic_configs``), offline partitions are elected again at once. A dead
+follower leaves the ISR. A broker that re-registers with a new epoch (a bounce faster than
+its lease) is handled as gone, then joined. Brokers in controlled shutdown
+(``shutting_down``, until they re-register or vanish) are never elected. Every leader change
+bumps ``leader_epoch``; every change bumps ``partition_epoch``; each write is fenced
+(``state``), batched up to ``state.TXN_CHUNK`` keys per transaction. Brokers are told through
 :mod:`services.controller.requests`: one batched LeaderAndIsr per broker for the changed
 partitions, and an UpdateMetadata snapshot to every broker.
 """
@@ -35,9 +43,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from headwater import config as hconfig
 from headwater import errors
 from headwater import etcd as hetcd
 from headwater.v1 import metadata_pb2
+from services.broker.dynamic_config import BrokerConfig
 from services.controller import coordinators, metrics, operations, reassignment
 from services.controller import state as st
 from services.controller.broker_channels import BrokerChannels
@@ -83,6 +93,11 @@ class RebalanceCheck:
     pass
 
 
+@dataclass(frozen=True)
+class TopicDefaultsChanged:
+    defaults: dict[str, str]
+
+
 @dataclass
 class Command:
     """Work submitted by an RPC handler: ``fn(loop)`` runs on the event-loop task."""
@@ -99,6 +114,7 @@ Event = (
     | CoordinatorsChanged
     | Resync
     | RebalanceCheck
+    | TopicDefaultsChanged
     | Command
 )
 PartitionKey = tuple[str, int]
@@ -132,6 +148,12 @@ class ControllerLoop(BrokerRequests):
         self._watcher: asyncio.Task[None] | None = None
         self._rebalancer: asyncio.Task[None] | None = None
         self._coord_watcher: asyncio.Task[None] | None = None
+        self._config_watcher: asyncio.Task[None] | None = None
+        #: The cluster-wide dynamic config (``brokers/<default>``; no static level: a
+        #: broker's start-up flags are its own, not the cluster's).
+        self.cluster_config = BrokerConfig(etcd, None, {}, self._topic_defaults_changed)
+        #: Its topic keys: the defaults of every topic setting without an override.
+        self.topic_defaults: dict[str, str] = {}
         #: Live group coordinators (from ``coordinators.watch``), pushed in UpdateMetadata.
         self.coordinators: tuple[metadata_pb2.BrokerInfo, ...] = ()
         self._stopping = False
@@ -218,6 +240,10 @@ class ControllerLoop(BrokerRequests):
             await self._load_and_watch()
         elif isinstance(event, RebalanceCheck):
             await operations.rebalance_leaders(self)
+        elif isinstance(event, TopicDefaultsChanged) and event.defaults != self.topic_defaults:
+            log.info("cluster-wide topic defaults: %s", event.defaults)
+            self.topic_defaults = event.defaults
+            await self.reelect(self.all_keys())
 
     # ---- activation
 
@@ -251,9 +277,19 @@ class ControllerLoop(BrokerRequests):
                 name="coordinator-watch",
             )
             self._coord_watcher.add_done_callback(_log_task_end)
+        if self._config_watcher is None or self._config_watcher.done():
+            self._config_watcher = asyncio.create_task(
+                self.cluster_config.run(), name="cluster-config-watch"
+            )
+            self._config_watcher.add_done_callback(_log_task_end)
+
+    async def _topic_defaults_changed(self, defaults: dict[str, str]) -> None:
+        self.post(TopicDefaultsChanged(dict(defaults)))
 
     async def _load_and_push(self, epoch: int) -> int:
         state, revision = await st.load(self.etcd)
+        await self.cluster_config.load()  # the defaults the elections below resolve with
+        self.topic_defaults = hconfig.topic_defaults_of(self.cluster_config.current)
         if not state.cluster_id:
             candidate = uuid.uuid4().hex
             result = await self.etcd.txn(
@@ -267,7 +303,7 @@ class ControllerLoop(BrokerRequests):
             )
         self.state = state
         metrics.LIVE_BROKERS.set(len(state.brokers))
-        keys = [(t, p) for t, topic in state.topics.items() for p in topic.assignment]
+        keys = self.all_keys()
         changed = await self.write(self._reconcile(keys))
         await self.channels.sync(state.brokers)
         for bid in state.brokers:
@@ -289,10 +325,10 @@ class ControllerLoop(BrokerRequests):
         self.state = None
         metrics.ACTIVE.set(0)
         metrics.EPOCH.set(0)
-        for task in (self._watcher, self._rebalancer, self._coord_watcher):
+        for task in (self._watcher, self._rebalancer, self._coord_watcher, self._config_watcher):
             if task is not None:
                 task.cancel()
-        self._watcher = self._rebalancer = self._coord_watcher = None
+        self._watcher = self._rebalancer = self._coord_watcher = self._config_watcher = None
         self.coordinators = ()
         await self.channels.close()
 
@@ -363,6 +399,10 @@ class ControllerLoop(BrokerRequests):
 
     # ---- partition leadership
 
+    def all_keys(self) -> list[PartitionKey]:
+        assert self.state is not None
+        return [(t, p) for t, topic in self.state.topics.items() for p in topic.assignment]
+
     def keys_on(self, broker_id: int) -> list[PartitionKey]:
         assert self.state is not None
         return [
@@ -376,14 +416,17 @@ class ControllerLoop(BrokerRequests):
         """New states for partitions whose leadership must change given the live brokers."""
         assert self.state is not None and self.epoch is not None
         out: dict[PartitionKey, st.PartitionState] = {}
+        unclean: dict[str, bool] = {}
         for key in keys:
             topic = self.state.topics[key[0]]
+            if key[0] not in unclean:
+                unclean[key[0]] = self.unclean_enabled(key[0])
             new = elect(
                 topic.assignment[key[1]],
                 self.state.partitions.get(key),
                 set(self.state.brokers),
                 self.epoch,
-                unclean=self.unclean_enabled(key[0]),
+                unclean=unclean[key[0]],
                 shutting=self.shutting_down,
             )
             if new is not None:
@@ -391,9 +434,27 @@ class ControllerLoop(BrokerRequests):
         return out
 
     def unclean_enabled(self, topic: str) -> bool:
+        """The topic's effective ``unclean.leader.election.enable`` (module doc)."""
         assert self.state is not None
         t = self.state.topics.get(topic)
-        return t is not None and t.configs.get("unclean.leader.election.enable") == "true"
+        if t is None:
+            return False
+        try:
+            config = hconfig.resolve_topic_config(t.configs, self.topic_defaults)
+        except errors.HeadwaterError as exc:  # written by hand: the controller validates
+            log.error("topic %s: invalid configs (%s); unclean election stays off", topic, exc)
+            return False
+        return config.unclean_leader_election_enable
+
+    async def reelect(self, keys: Iterable[PartitionKey]) -> list[PartitionKey]:
+        """Elect again the partitions of ``keys`` whose leader must change under the current
+        brokers and configs (e.g. an offline partition once unclean election is enabled);
+        brokers are told. Returns the keys changed."""
+        changed = await self.write(self._reconcile(keys))
+        if changed:
+            self.send_leader_and_isr(changed)
+            self.send_update_metadata()
+        return changed
 
     async def write(self, changes: dict[PartitionKey, st.PartitionState]) -> list[PartitionKey]:
         """Persist changed partition states (fenced CAS transactions of up to

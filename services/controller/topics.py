@@ -319,4 +319,6 @@ async def alter_topic_configs(
         )
         state.topics[topic.name] = updated
         loop.send_update_metadata()
+        # e.g. unclean.leader.election.enable turned on: an offline partition gets a leader
+        await loop.reelect([(topic.name, p) for p in sorted(updated.assignment)])
     return controller_pb2.AlterTopicConfigsResponse(result=_result(topic.name, topic.topic_id))

@@ -19,10 +19,26 @@ from headwater.dev.procs import ChildProcess, python_env, wait_until
 from headwater.rpc.server import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.controller import state as st
 from services.controller.state import EPOCH_KEY
 from tests.helpers.internal import cluster_key, internal_channel
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def record_topic(endpoint: str, name: str, partitions: int, replicas: list[int]) -> None:
+    """Write ``name``'s record in etcd as the real controller would (``ActingController``
+    does not): a broker starting up keeps only the logs the cluster's topics assign to it."""
+    topic = st.Topic(name, f"id-{name}", {p: list(replicas) for p in range(partitions)}, {})
+
+    async def run() -> None:
+        client = await hetcd.Etcd.connect(endpoint)
+        try:
+            await client.put(st.topic_key(name), topic.encode())
+        finally:
+            await client.close()
+
+    asyncio.run(run())
 
 
 def read_registration(endpoint: str, broker_id: int) -> tuple[dict[str, object], int] | None:
@@ -104,7 +120,13 @@ class ActingController:
         self.controller_epoch = controller_epoch
         self.topics: dict[str, metadata_pb2.TopicMetadata] = {}
         self.configs: dict[str, dict[str, str]] = {}
+        #: topic ids sent for a topic name (default ``id-<name>``): another id for a known
+        #: name plays a topic deleted and created again
+        self.topic_ids: dict[str, str] = {}
         self.connect()
+
+    def topic_id(self, topic: str) -> str:
+        return self.topic_ids.get(topic, f"id-{topic}")
 
     @property
     def controller_epoch(self) -> int:
@@ -154,7 +176,7 @@ class ActingController:
         for s in states:
             req.partitions.append(
                 broker_pb2.PartitionAssignment(
-                    topic=topic, topic_id=f"id-{topic}", state=s, configs=dict(configs or {})
+                    topic=topic, topic_id=self.topic_id(topic), state=s, configs=dict(configs or {})
                 )
             )
         return self.stub.LeaderAndIsr(req, timeout=30)
@@ -207,7 +229,10 @@ class ActingController:
             for p in range(partitions)
         ]
         self.topics[name] = metadata_pb2.TopicMetadata(
-            name=name, topic_id=f"id-{name}", partitions=states, configs=dict(configs or {})
+            name=name,
+            topic_id=self.topic_id(name),
+            partitions=states,
+            configs=dict(configs or {}),
         )
         self.configs[name] = dict(configs or {})
         resp = self.leader_and_isr(name, states, configs)

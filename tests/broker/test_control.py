@@ -199,3 +199,27 @@ def test_stop_replica_delete(controller: ActingController) -> None:
     assert not (controller.broker.data_dir / "doomed-0").exists()
     r = produce(controller, "doomed", 0, encode_batch([b"again"]))
     assert r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_metadata_naming_another_topic_id_drops_the_hosted_log(
+    controller: ActingController,
+) -> None:
+    # The topic was deleted and created again (placed elsewhere) while this broker missed the
+    # StopReplica: the next metadata snapshot names the new id, and the old log goes.
+    me = controller.broker.broker_id
+    controller.create_topic("replaced")
+    assert produce(controller, "replaced", 0, encode_batch([b"old"])).error_code == 0
+    controller.topic_ids["replaced"] = "id-replaced-2"
+    elsewhere = _state(me, leader=42, epoch=0, replicas=[42, 43], isr=[42, 43])
+    controller.topics["replaced"] = metadata_pb2.TopicMetadata(
+        name="replaced", topic_id="id-replaced-2", partitions=[elsewhere]
+    )
+    assert controller.update_metadata().error_code == ErrorCode.NONE
+    assert not (controller.broker.data_dir / "replaced-0").exists()
+    r = fetch_once(controller, "replaced", 0, 0)
+    assert r.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and not r.records
+    # a topic merely absent from a snapshot is not deleted by it
+    controller.create_topic("kept")
+    del controller.topics["kept"]
+    assert controller.update_metadata().error_code == ErrorCode.NONE
+    assert (controller.broker.data_dir / "kept-0").exists()

@@ -79,8 +79,16 @@ def fetches_waiting(metrics_url: str, replica: int) -> float:
     return 0.0
 
 
-def produce(address: str, topic: str, values: list[bytes], *, acks: int, timeout_ms: int = 5000):  # type: ignore[no-untyped-def]
-    """One Produce of one batch to partition 0; the partition result."""
+def produce(  # type: ignore[no-untyped-def]
+    address: str,
+    topic: str,
+    values: list[bytes],
+    *,
+    acks: int,
+    timeout_ms: int = 5000,
+    partition: int = 0,
+):
+    """One Produce of one batch to ``partition`` (default 0); the partition result."""
     ch, s = stub(address)
     with ch:
         resp = s.Produce(
@@ -89,7 +97,7 @@ def produce(address: str, topic: str, values: list[bytes], *, acks: int, timeout
                 timeout_ms=timeout_ms,
                 partitions=[
                     broker_pb2.PartitionRecords(
-                        topic=topic, partition=0, records=encode_batch(values)
+                        topic=topic, partition=partition, records=encode_batch(values)
                     )
                 ],
             ),
@@ -98,14 +106,16 @@ def produce(address: str, topic: str, values: list[bytes], *, acks: int, timeout
     return resp.partitions[0]
 
 
-def fetch_once(address: str, topic: str, offset: int) -> broker_pb2.FetchResponse:
+def fetch_once(
+    address: str, topic: str, offset: int, partition: int = 0
+) -> broker_pb2.FetchResponse:
     """The first answer of a Fetch stream from ``offset`` (short long-poll)."""
     ch, s = stub(address)
     with ch:
         stream = s.Fetch(
             broker_pb2.FetchRequest(
                 topic=topic,
-                partition=0,
+                partition=partition,
                 offset=offset,
                 max_wait_ms=100,
                 max_bytes=8 << 20,
@@ -120,12 +130,12 @@ def fetch_once(address: str, topic: str, offset: int) -> broker_pb2.FetchRespons
             stream.cancel()
 
 
-def fetched_values(address: str, topic: str) -> tuple[list[bytes], int]:
+def fetched_values(address: str, topic: str, partition: int = 0) -> tuple[list[bytes], int]:
     """Every value a consumer can read from the leader at ``address`` and the HW."""
     values: list[bytes] = []
     offset, hw = 0, -1
     while True:
-        r = fetch_once(address, topic, offset)
+        r = fetch_once(address, topic, offset, partition)
         if r.error_code:
             raise AssertionError(f"fetch failed: {r.error_code} {r.error_message}")
         hw = r.high_watermark

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
+
+#: Suffix of a directory renamed aside for deletion (Kafka's ``-delete``): it never matches
+#: a partition directory's name, so a crash half-way through removing it leaves nothing
+#: that is opened again as a (truncated) log; the next start removes it.
+DELETE_SUFFIX = "-delete"
 
 IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 
@@ -114,8 +121,31 @@ def replace_atomically(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory (so a rename or creation inside it survives a power loss)."""
+    dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def rename_for_deletion(directory: Path) -> Path | None:
+    """Rename ``directory`` aside atomically to ``<name>.<uuid>-delete`` (the rename is
+    fsynced) and return the new path, for the caller to remove; None when it is already
+    gone. Open descriptors of its files stay usable."""
+    aside = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    try:
+        os.rename(directory, aside)
+    except FileNotFoundError:
+        return None
+    fsync_dir(directory.parent)
+    return aside
+
+
+def remove_renamed(directory: Path) -> None:
+    """Delete a directory renamed aside by :func:`rename_for_deletion` (whatever is left)."""
+    shutil.rmtree(directory, ignore_errors=True)

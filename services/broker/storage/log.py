@@ -48,7 +48,6 @@ state and the aborted-transaction indexes (``producer_recovery.py``).
 from __future__ import annotations
 
 import bisect
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,6 +65,7 @@ from headwater.errors import (
 from services.broker.storage import (
     appending,
     checkpoint,
+    fileio,
     producer_recovery,
     producer_snapshot,
     recovery,
@@ -768,12 +768,16 @@ class Log:
                 checkpoint.mark_clean_shutdown(self.dir)
 
     def delete(self) -> None:
-        """Remove the whole partition directory (readers holding segments keep reading)."""
+        """Remove the whole partition directory, renamed aside first so that a crash part-way
+        leaves no partial log to reopen (``fileio.remove_dir``); readers holding segments keep
+        reading."""
         with self._lock:
             self._closed = True
+            aside = fileio.rename_for_deletion(self.dir)
             for seg in self._segments:
-                seg.delete()
-            shutil.rmtree(self.dir, ignore_errors=True)
+                seg.delete()  # closes the indexes (the files have moved: nothing to unlink)
+            if aside is not None:
+                fileio.remove_renamed(aside)
 
     def __repr__(self) -> str:
         s = self._snap

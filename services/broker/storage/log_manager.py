@@ -6,8 +6,18 @@ file. The lock is an exclusive ``flock`` held for the manager's lifetime, so a s
 (or a second manager in the same process) pointed at the same directory fails at start with
 KafkaStorageError instead of corrupting the logs.
 
-At start every partition directory found is opened (and recovered: see ``log.py``). A new
-partition goes to the log directory holding the fewest partitions (ties: the first listed).
+At start every partition directory found is opened (and recovered: see ``log.py``), and
+directories renamed aside for deletion by an earlier run (``*-delete``, ``fileio``) are
+removed. A new partition goes to the log directory holding the fewest partitions (ties: the
+first listed).
+
+Topic ids (``partition_metadata.py``): each partition directory stores the id of the topic it
+belongs to, written atomically when the directory is created, before any segment. The
+manager never hands out a log of another topic id than the one asked for: ``get_or_create``
+with an id deletes a stored log whose id differs (it belongs to a deleted topic of the same
+name) and creates a fresh one, and stores the id in a directory that has none yet (written
+before topic ids were stored). ``remove_stale`` applies the same rule at start, before the
+broker registers, to every log against the cluster's assignment of this broker.
 
 Logs found at start are opened with ``default_config`` (the topic's real configuration comes
 from the controller); ``retention_pass`` skips them until ``get_or_create`` has given them
@@ -26,12 +36,13 @@ import fcntl
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from headwater.batch.codec import now_ms
 from headwater.config import TopicConfig
 from headwater.errors import InvalidTopicError, KafkaStorageError
+from services.broker.storage import fileio, partition_metadata
 from services.broker.storage.log import Clock, Log
 
 LOCK_FILE = ".lock"
@@ -66,6 +77,8 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._home: dict[tuple[str, int], Path] = {}
         self._configured: set[tuple[str, int]] = set()
+        #: each log's stored topic id (None: a directory from before topic ids were stored).
+        self._topic_ids: dict[tuple[str, int], str | None] = {}
         self._lock_fds: list[int] = []
         try:
             for d in self.log_dirs:
@@ -79,6 +92,9 @@ class LogManager:
     def _load_all(self) -> None:
         for d in self.log_dirs:
             for entry in sorted(d.iterdir()):
+                if entry.is_dir() and entry.name.endswith(fileio.DELETE_SUFFIX):
+                    fileio.remove_renamed(entry)  # a deletion an earlier run did not finish
+                    continue
                 m = _PARTITION_DIR.match(entry.name)
                 if not entry.is_dir() or m is None:
                     continue
@@ -87,16 +103,32 @@ class LogManager:
                     raise KafkaStorageError(
                         f"partition {tp[0]}-{tp[1]} found in both {self._home[tp]} and {d}"
                     )
+                self._topic_ids[tp] = partition_metadata.read_topic_id(entry)
                 self._logs[tp] = Log(entry, self.default_config, clock=self._clock)
                 self._home[tp] = d
 
     # -- lookup and creation ------------------------------------------------------------
 
-    def get_or_create(self, topic: str, partition: int, config: TopicConfig) -> Log:
+    def get_or_create(
+        self, topic: str, partition: int, config: TopicConfig, topic_id: str = ""
+    ) -> Log:
         """The partition's log, created if absent (reopened if it was closed); applies
-        ``config``."""
+        ``config``.
+
+        With a ``topic_id`` (the cluster's id for ``topic``), a stored log of another id is
+        deleted first and a fresh, empty log created in its place; a log without a stored id
+        is given this one; a new log stores it before its first segment exists. Without one
+        (``""``) ids are neither checked nor stored.
+        """
         name = partition_dir_name(topic, partition)
         tp = (topic, partition)
+        with self._lock:
+            stored = self._topic_ids.get(tp)
+            stale = None
+            if tp in self._logs and topic_id and stored is not None and stored != topic_id:
+                stale = self._forget(tp)
+        if stale is not None:
+            stale.delete()
         with self._lock:
             log = self._logs.get(tp)
             if log is not None and log.closed:
@@ -106,11 +138,26 @@ class LogManager:
                 log.update_config(config)
             else:
                 home = self._least_loaded_dir()
+                if topic_id:
+                    (home / name).mkdir(exist_ok=True)
+                    partition_metadata.write_topic_id(home / name, topic_id)
+                    fileio.fsync_dir(home)
+                    self._topic_ids[tp] = topic_id
                 log = Log(home / name, config, clock=self._clock)
                 self._logs[tp] = log
                 self._home[tp] = home
+            if topic_id and self._topic_ids.get(tp) is None:
+                partition_metadata.write_topic_id(self._home[tp] / name, topic_id)
+                self._topic_ids[tp] = topic_id
             self._configured.add(tp)
             return log
+
+    def _forget(self, tp: tuple[str, int]) -> Log | None:
+        """Drop ``tp`` from every map (caller holds the lock); its log, if any."""
+        self._home.pop(tp, None)
+        self._configured.discard(tp)
+        self._topic_ids.pop(tp, None)
+        return self._logs.pop(tp, None)
 
     def _least_loaded_dir(self) -> Path:
         counts = dict.fromkeys(self.log_dirs, 0)
@@ -136,15 +183,54 @@ class LogManager:
 
     def delete(self, topic: str, partition: int) -> bool:
         """Delete the partition's directory; False when it was not here."""
-        tp = (topic, partition)
         with self._lock:
-            log = self._logs.pop(tp, None)
-            self._home.pop(tp, None)
-            self._configured.discard(tp)
+            log = self._forget((topic, partition))
         if log is None:
             return False
         log.delete()
         return True
+
+    def topic_id(self, topic: str, partition: int) -> str | None:
+        """The partition's stored topic id (None: not here, or stored before ids were)."""
+        with self._lock:
+            return self._topic_ids.get((topic, partition))
+
+    def remove_stale(
+        self, expected: Mapping[tuple[str, int], str], *, unknown_topics: Iterable[str] = ()
+    ) -> list[tuple[str, int]]:
+        """Delete every log not yet handed out by ``get_or_create`` that the cluster does not
+        assign to this broker under its stored topic id; returns the partitions deleted.
+
+        ``expected`` maps each partition the cluster assigns to this broker to the topic's
+        current id. A log absent from it (its topic was deleted, or the partition was moved
+        away) or whose stored id differs (the name was deleted and created again) is
+        deleted; a log without a stored id that is expected stores the expected one. Logs of
+        ``unknown_topics`` (names whose cluster record could not be read) are left alone.
+        Blocking: call off the event loop.
+        """
+        keep = set(unknown_topics)
+        with self._lock:
+            candidates = [tp for tp in self._logs if tp not in self._configured]
+        removed: list[tuple[str, int]] = []
+        for tp in sorted(candidates):
+            if tp[0] in keep:
+                continue
+            want = expected.get(tp)
+            with self._lock:
+                if tp in self._configured or tp not in self._logs:
+                    continue  # handed out meanwhile: get_or_create checked it
+                stored = self._topic_ids.get(tp)
+                if want is not None and stored in (None, want):
+                    if stored is None:
+                        home = self._home[tp]
+                        partition_metadata.write_topic_id(home / partition_dir_name(*tp), want)
+                        self._topic_ids[tp] = want
+                    continue
+                log = self._forget(tp)
+            if log is not None:
+                log.delete()
+                removed.append(tp)
+        return removed
 
     # -- periodic work ------------------------------------------------------------------
 
