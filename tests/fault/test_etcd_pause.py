@@ -1,15 +1,16 @@
 """etcd paused (SIGSTOP) past the coordinators' and the controller's lease TTL under load.
 
 Real processes: etcd, one controller, one broker, two coordinators; the coordinator and
-controller leases are 2 s (``--lease-ttl 2``; the broker's is 10 s). A thread commits rising
-offsets round-robin over 8 groups (``Committer``) and another runs transactions (one record
-each, committed) while etcd is stopped until the controller stepped down and every
-coordinator lost its lease and failed a first re-registration attempt (etcd's 5 s RPC
-deadline: the outage outlasts the leases); meanwhile the processes keep running and a
-group's former owner answers NOT_COORDINATOR. Then etcd is resumed. Afterwards:
+controller leases are 2 s (``--lease-ttl 2``; the broker's is 10 s and may expire too). A
+thread commits rising offsets round-robin over 8 groups (``Committer``) and another runs
+transactions (one record each, committed) while etcd is stopped until the controller
+stepped down and every coordinator lost its lease and failed a first re-registration
+attempt (etcd's 5 s RPC deadline: the outage outlasts the leases); meanwhile the processes
+keep running and a group's former owner answers NOT_COORDINATOR. Then etcd is resumed.
+Afterwards:
 
-* the coordinator and controller processes are the same PIDs, still running (a lost lease
-  no longer stops a coordinator);
+* the coordinator, controller and broker processes are the same PIDs, still running (a lost
+  lease no longer stops a coordinator);
 * each coordinator's registration key is under a new lease, and the controller was elected
   again (a higher controller epoch, same controller id);
 * every group gets commits acknowledged again, and every last acknowledged commit is what
@@ -182,6 +183,7 @@ def test_coordinators_and_controller_survive_an_etcd_pause(tmp_path: Path) -> No
         services = {
             **{p.name: p for p in c.coordinators.values()},
             "controller-1": c.controllers[1],
+            "broker-1": c.brokers[1],
         }
         pids = {name: p.pid for name, p in services.items()}
         before = wait_for(
