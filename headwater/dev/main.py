@@ -23,9 +23,13 @@ signed by a CA kept in ``<data-dir>/tls``; the client's files are printed and wr
 Defaults: 3 brokers, 2 controllers and 2 group coordinators (``--brokers N --controllers M
 --coordinators C``; 0 coordinators disables consumer groups).
 
-then waits. Ctrl-C (SIGINT) or SIGTERM stops every child by PID (coordinators, brokers,
-controllers, etcd) and exits 0. Data stays in ``--data-dir`` so the next run continues where
-this one stopped.
+then supervises (:mod:`headwater.dev.supervise`): a child that dies (etcd included) is
+reported on stderr (its exit code or signal and the last lines of its log) and restarted
+with backoff (1 s doubling to 30 s; reset after a minute up) on the same ports, data and
+flags, while the others keep running. With ``--no-restart`` the first death stops the
+whole cluster and the command exits 1 (for debugging). Ctrl-C (SIGINT) or SIGTERM stops
+every child by PID (coordinators, brokers, controllers, etcd) and exits 0. Data stays in
+``--data-dir`` so the next run continues where this one stopped.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from types import FrameType
 
 from headwater.dev.cluster import LocalCluster
 from headwater.dev.procs import StartupError
+from headwater.dev.supervise import Supervisor, cluster_children
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -61,6 +66,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="TLS + client certificates (mTLS) on every endpoint; prints the client's files",
     )
+    ap.add_argument(
+        "--no-restart",
+        action="store_true",
+        help="stop the whole cluster when a child process dies instead of restarting it",
+    )
     a = ap.parse_args(argv)
     for name in ("brokers", "controllers", "log_dirs_per_broker"):
         if getattr(a, name) < 1:
@@ -81,8 +91,10 @@ def run_dev(
     startup_timeout: float = 90.0,
     stop: threading.Event | None = None,
     tls: bool = False,
+    restart: bool = True,
 ) -> int:
-    """Start the cluster, print its addresses, wait for ``stop`` (or a signal), stop it."""
+    """Start the cluster, print its addresses, supervise it until ``stop`` (or a signal),
+    stop it. ``restart=False``: a child's death stops everything (returns 1)."""
     stop = stop or threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -123,20 +135,9 @@ def run_dev(
             print(f"tls-key: {client.key_file}", flush=True)
             print(f"tls-client-config: {config}", flush=True)
         print("press Ctrl-C to stop", file=sys.stderr, flush=True)
+        supervisor = Supervisor(cluster_children(cluster), restart=restart)
         while not stop.wait(0.5):
-            procs = [
-                *cluster.controllers.values(),
-                *cluster.brokers.values(),
-                *cluster.coordinators.values(),
-            ]
-            dead = [p.name for p in procs if not p.alive()]
-            if dead or not (cluster.etcd.child and cluster.etcd.child.alive()):
-                print(
-                    f"headwater dev: process exited: {', '.join(dead) or 'etcd'};"
-                    f" see {cluster.logs_dir}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            if not supervisor.poll():
                 return 1
         return 0
     finally:
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         racks=racks,
         startup_timeout=a.startup_timeout,
         tls=a.tls,
+        restart=not a.no_restart,
     )
 
 

@@ -4,11 +4,18 @@ Start order in :func:`run`: connect to etcd; wait for at least one registered br
 bootstrap list comes from ``/headwater/brokers/ids/``); create ``__consumer_offsets`` and
 ``__transaction_state`` through the controller when absent (compacted, RF = min(configured,
 live brokers), min.insync.replicas = min(2, RF)); start the gRPC server (port 0 allowed;
-GroupCoordinator and TransactionCoordinator); register under a lease and take partitions
+GroupCoordinator and TransactionCoordinator); register under a lease
+(:class:`~services.coordinator.registration.CoordinatorRegistration`) and take partitions
 (two :class:`Ownership`: offsets partitions, and transaction-state partitions under
 ``/headwater/coordinators/txn_owners/``); write the ready file ``{"port", "metrics_port"}``.
 
-Long-lived tasks (guarded: one that dies stops the process): ``coordinator-ownership`` (owns
+A lost etcd lease (etcd paused or unreachable for a whole TTL) does not stop the process: the
+ownerships give every partition up at once (NOT_COORDINATOR) and the
+``coordinator-registration`` task registers again under a new lease, after which the
+partitions are taken again with new epochs.
+
+Long-lived tasks (guarded: one that dies stops the process): ``coordinator-registration``
+(re-registers after a lease loss), ``coordinator-ownership`` (owns
 the partition runtimes, each its own task), ``coordinator-txn-ownership`` (the same for
 ``__transaction_state``: txn/runtime.py) and ``coordinator-metrics`` (every
 ``metrics_interval_s`` refreshes headwater_coordinator_group_lag / _group_members from each
@@ -40,6 +47,7 @@ from headwater.rpc.server import start_server
 from services.controller.app import _connect_etcd, write_ready_file
 from services.coordinator import metrics
 from services.coordinator.ownership import TXN_OWNERS_PREFIX, Ownership
+from services.coordinator.registration import CoordinatorRegistration
 from services.coordinator.runtime import OFFSETS_TOPIC, PartitionLostError, PartitionRuntime
 from services.coordinator.servicer import GroupCoordinatorServicer, measure_ends, register
 from services.coordinator.topic_watch import WATCH_INTERVAL_S, watch_partition_counts
@@ -251,30 +259,36 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             max_timeout_ms=settings.transaction_max_timeout_ms,
         )
 
-    ownership = Ownership(
+    registration = CoordinatorRegistration(
         etcd,
-        coordinator_id=settings.coordinator_id,
-        registration={
+        settings.coordinator_id,
+        {
             "coordinator_id": settings.coordinator_id,
             "host": settings.host,
             "port": server.port,
             "metrics_url": metrics_url,
         },
+        ttl=settings.lease_ttl,
+    )
+    ownership = Ownership(
+        etcd,
+        coordinator_id=settings.coordinator_id,
+        registration=registration,
         partitions=partitions,
         make_runtime=make_runtime,
-        lease_ttl=settings.lease_ttl,
-        on_lease_lost=stop.set,
     )
     txn_ownership = Ownership(
         etcd,
         coordinator_id=settings.coordinator_id,
-        registration=None,  # the group Ownership registers this process
+        registration=registration,
         partitions=txn_partitions,
         make_runtime=make_txn_runtime,
         owners_prefix=TXN_OWNERS_PREFIX,
         task_prefix="coordinator-txn-partition",
     )
+    await registration.register()
     tasks = [
+        asyncio.create_task(registration.run(), name="coordinator-registration"),
         asyncio.create_task(ownership.run(), name="coordinator-ownership"),
         asyncio.create_task(txn_ownership.run(), name="coordinator-txn-ownership"),
         asyncio.create_task(
@@ -298,7 +312,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     finally:
         log.info("coordinator %d stopping", settings.coordinator_id)
         with contextlib.suppress(Exception):
-            await timeouts.wait_for(ownership.close(), 3)
+            await timeouts.wait_for(registration.close(), 3)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -8,9 +8,18 @@ etcd layout::
                                           history must survive the owner)
     /headwater/coordinators/txn_owners/<p>  the same for ``__transaction_state`` partitions
 
-One process runs two :class:`Ownership` instances over the same live ids: the group one
-(``__consumer_offsets``, owners prefix ``OWNERS_PREFIX``) registers the id under the lease;
-the transaction one (``TXN_OWNERS_PREFIX``, ``registration=None``) only follows the ids.
+One process runs two :class:`Ownership` instances over the same live ids and the same
+:class:`~services.coordinator.registration.CoordinatorRegistration` (which writes the ids key
+under the process's lease): the group one (``__consumer_offsets``, owners prefix
+``OWNERS_PREFIX``) and the transaction one (``TXN_OWNERS_PREFIX``).
+
+Lease loss: the registration tells both ownerships at once; each drops every runtime from
+``runtimes`` (requests for those groups and transactions get NOT_COORDINATOR) and cancels its
+tasks, and takes nothing while unregistered. Once the registration is back under a new lease,
+the next round takes the partitions that map here again, each with a new epoch (the owners
+key and the epoch marker fence the previous owner, as on any take). A take whose etcd
+transaction completes after the registration it started under was lost does not start a
+runtime.
 
 Assignment: partition ``p`` belongs to ``sorted(live ids)[p % n]``. Taking ``p``: read the
 owners key, write epoch = previous + 1 with a transaction comparing the mod revision read
@@ -41,10 +50,10 @@ from headwater import etcd as hetcd
 from headwater import timeouts
 from headwater.client.partitioner import crc32c_partition
 from services.coordinator.log_runtime import LogRuntime
+from services.coordinator.registration import IDS_PREFIX, CoordinatorRegistration
 
 log = logging.getLogger(__name__)
 
-IDS_PREFIX = "/headwater/coordinators/ids/"
 OWNERS_PREFIX = "/headwater/coordinators/owners/"
 TXN_OWNERS_PREFIX = "/headwater/coordinators/txn_owners/"
 #: The least time between two reconcile rounds (two owners fencing each other while their
@@ -103,15 +112,13 @@ class Ownership:
         etcd: hetcd.Etcd,
         *,
         coordinator_id: int,
-        registration: dict[str, object] | None,
+        registration: CoordinatorRegistration,
         partitions: int,
         make_runtime: Callable[[int, int], LogRuntime[Any]],
-        lease_ttl: int = 5,
-        on_lease_lost: Callable[[], None] | None = None,
         owners_prefix: str = OWNERS_PREFIX,
         task_prefix: str = "coordinator-partition",
     ) -> None:
-        """``registration=None``: do not register (another Ownership of this process does)."""
+        """``registration``: this process's (registered by the caller before :meth:`run`)."""
         self.etcd = etcd
         self.coordinator_id = coordinator_id
         self.partitions = partitions
@@ -121,21 +128,25 @@ class Ownership:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._registration = registration
         self._make_runtime = make_runtime
-        self._lease_ttl = lease_ttl
-        self._on_lease_lost = on_lease_lost
-        self._lease: hetcd.LeaseKeeper | None = None
         self._wake = asyncio.Event()
+        registration.add_listener(self._registration_changed)
+
+    def _registration_changed(self, registered: bool) -> None:
+        """On a lease loss stop serving at once: the runtimes leave ``runtimes`` (the
+        servicers answer NOT_COORDINATOR) and their tasks are cancelled (queued and parked
+        requests get NOT_COORDINATOR); the next round releases them and waits."""
+        if not registered:
+            if self._tasks:
+                log.warning(
+                    "coordinator %d: lease lost, giving up %s partitions %s",
+                    self.coordinator_id, self._task_prefix, sorted(self._tasks),
+                )  # fmt: skip
+            self.runtimes.clear()
+            for task in self._tasks.values():
+                task.cancel()
+        self._wake.set()
 
     async def run(self) -> None:
-        if self._registration is not None:
-            self._lease = await self.etcd.grant_lease(
-                self._lease_ttl, on_lost=self._on_lease_lost, name="coordinator-lease"
-            )
-            await self.etcd.put(
-                f"{IDS_PREFIX}{self.coordinator_id}",
-                json.dumps(self._registration),
-                lease=self._lease,
-            )
         watcher = asyncio.create_task(self._watch(), name=f"{self._task_prefix}-ids-watch")
         try:
             while True:
@@ -158,11 +169,6 @@ class Ownership:
             for p in list(self._tasks):
                 await self._release(p)
 
-    async def close(self) -> None:
-        """Revoke the registration lease (others take our partitions over at once)."""
-        if self._lease is not None:
-            await self._lease.revoke()
-
     async def _watch(self) -> None:
         while True:
             try:
@@ -179,19 +185,26 @@ class Ownership:
             await asyncio.sleep(0.5)
 
     async def _reconcile(self) -> None:
+        generation = self._registration.generation
+        if not self._registration.current(generation):
+            for p in list(self._tasks):
+                await self._release(p)
+            return
         mine = assigned(await live_ids(self.etcd), self.coordinator_id, self.partitions)
         recorded = await self._recorded_owners() if self._tasks else {}
         for p, task in list(self._tasks.items()):
-            superseded = recorded.get(p) != (self.coordinator_id, self.runtimes[p].epoch)
+            rt = self.runtimes.get(p)
+            ours = (self.coordinator_id, rt.epoch) if rt is not None else None
+            superseded = recorded.get(p) != ours
             if p not in mine or task.done() or superseded:
                 if superseded and p in mine and not task.done():
                     log.warning(
-                        "partition %d: owners key is %s, not ours at epoch %d; retaking",
-                        p, recorded.get(p), self.runtimes[p].epoch,
+                        "partition %d: owners key is %s, not ours at epoch %s; retaking",
+                        p, recorded.get(p), ours,
                     )  # fmt: skip
                 await self._release(p)
         for p in sorted(mine - set(self._tasks)):
-            await self._take(p)
+            await self._take(p, generation)
 
     async def _recorded_owners(self) -> dict[int, tuple[int, int]]:
         """``{partition: (coordinator_id, epoch)}`` as etcd records it now. A runtime whose
@@ -208,7 +221,7 @@ class Ownership:
                 )
         return out
 
-    async def _take(self, p: int) -> None:
+    async def _take(self, p: int, generation: int) -> None:
         key = f"{self._owners_prefix}{p}"
         got = await self.etcd.get(key)
         if got is None:
@@ -223,6 +236,9 @@ class Ownership:
         res = await self.etcd.txn([cmp], [hetcd.op_put(key, value)])
         if not res.succeeded:
             log.info("partition %d: ownership CAS lost; retrying later", p)
+            return
+        if not self._registration.current(generation):
+            log.warning("partition %d: registration lost while taking it; not serving", p)
             return
         rt = self._make_runtime(p, epoch)
         self.runtimes[p] = rt

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from headwater import etcd as hetcd
+from headwater.dev.etcd_server import EtcdServer
+from tests.helpers.wait import async_wait_for
 
 
 def run(coro: Any) -> Any:
@@ -170,3 +173,33 @@ def test_unreachable_endpoint_raises_typed_error() -> None:
             await hetcd.Etcd.connect("no-port")
 
     run(body())
+
+
+def test_client_works_again_once_etcd_is_back(tmp_path: Path) -> None:
+    """etcd killed and restarted on its ports (EtcdServer.restart, as headwater dev does): the
+    same client's calls fail while it is down and succeed again once it is back (pyetcd used
+    to refuse every call for 300 s after one failure: "Trying to use a failed node")."""
+    server = EtcdServer(tmp_path / "etcd", tmp_path / "etcd.log", unsafe_no_fsync=True)
+    server.start()
+    try:
+
+        async def body() -> None:
+            async with await hetcd.Etcd.connect(server.endpoint, timeout=2) as c:
+                await c.put("/test/restart", "kept")
+                endpoint, first_pid = server.endpoint, server.pid
+                server.kill9()
+                with pytest.raises(hetcd.EtcdUnavailableError):
+                    await c.get("/test/restart")
+                server.restart()
+                assert server.endpoint == endpoint and server.pid != first_pid
+
+                async def read() -> bytes | None:
+                    got = await c.get("/test/restart")
+                    return got[0] if got else None
+
+                value = await async_wait_for(read, timeout=30, what="a read after the restart")
+                assert value == b"kept"
+
+        run(body())
+    finally:
+        server.stop()
