@@ -60,7 +60,8 @@ BULK_METHODS = frozenset(
     }
 )
 #: Controller-to-broker and broker-to-broker methods carrying whole-cluster state or many
-#: partitions (limits: ``control``); only the cluster itself calls them.
+#: partitions (limits: ``control``); only the cluster itself calls them. (Broker-to-controller
+#: AlterPartition fits the default limits: brokers send at most 5 000 items per request.)
 CONTROL_METHODS = frozenset(
     {
         "/headwater.v1.Broker/LeaderAndIsr",
@@ -69,8 +70,6 @@ CONTROL_METHODS = frozenset(
         "/headwater.v1.Broker/ReplicaFetch",
         "/headwater.v1.Broker/WriteTxnMarkers",
         "/headwater.v1.Broker/OffsetForLeaderEpoch",
-        "/headwater.v1.Controller/AlterPartition",
-        "/headwater.v1.Controller/ControlledShutdown",
     }
 )
 
@@ -410,43 +409,47 @@ def add_limit_flags(ap: argparse.ArgumentParser) -> None:
         "--max-request-bytes",
         type=int,
         default=d.max_request_bytes,
-        help="largest request message of most RPCs",
+        help="largest request message of most RPCs (default %(default)s)",
     )
     g.add_argument(
         "--max-request-entries",
         type=int,
         default=d.max_entries,
-        help="most entries in one repeated/map field of a request (most RPCs)",
+        help="most entries in one repeated/map field of a request, most RPCs (default %(default)s)",
     )
     g.add_argument(
         "--max-request-total-entries",
         type=int,
         default=d.max_total_entries,
-        help="most entries in all repeated/map fields of one request together (most RPCs)",
+        help="most entries in all repeated/map fields of one request, most RPCs "
+        "(default %(default)s)",
     )
     g.add_argument(
         "--max-request-string-chars",
         type=int,
         default=d.max_string_chars,
-        help=f"longest string field of a request (topic names: at most {MAX_TOPIC_CHARS})",
+        help=f"longest string field of a request; topic names at most {MAX_TOPIC_CHARS} "
+        "(default %(default)s)",
     )
     g.add_argument(
         "--max-produce-request-bytes",
         type=int,
         default=b.max_request_bytes,
-        help="largest Produce / ProduceRecords request",
+        help="largest Produce / ProduceRecords request (default %(default)s)",
     )
     g.add_argument(
         "--max-control-request-bytes",
         type=int,
         default=c.max_request_bytes,
-        help="largest request of the cluster's internal RPCs (LeaderAndIsr, UpdateMetadata, ...)",
+        help="largest request of the cluster's internal RPCs: LeaderAndIsr, UpdateMetadata, "
+        "StopReplica, ReplicaFetch, WriteTxnMarkers, OffsetForLeaderEpoch (default %(default)s)",
     )
     g.add_argument(
         "--max-control-request-entries",
         type=int,
         default=c.max_entries,
-        help="most entries in one repeated field of an internal RPC's request",
+        help="most entries in one repeated field of an internal RPC's request "
+        "(default %(default)s)",
     )
 
 
