@@ -100,7 +100,7 @@ def test_map_fields_count_and_check_their_strings() -> None:
 
 def test_hand_parsed_produce_view_is_checked_like_the_message() -> None:
     parts = [broker_pb2.PartitionRecords(topic="t", partition=i, records=b"x") for i in range(101)]
-    raw = broker_pb2.ProduceRequest(acks=-1, partitions=parts).SerializeToString()
+    raw = broker_pb2.ProduceRequest(acks=broker_pb2.ACKS_ALL, partitions=parts).SerializeToString()
     view = decode_produce_request(raw)
     with pytest.raises(errors.InvalidRequestError, match=r"ProduceRequest.partitions has 101"):
         L.check_shape(view, broker_pb2.ProduceRequest.DESCRIPTOR, SMALL, "Broker.Produce")
