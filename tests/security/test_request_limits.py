@@ -298,3 +298,24 @@ def test_add_partitions_to_txn_shape() -> None:
         partitions=[transaction_pb2.TxnTopicPartitions(topic="t", partitions=range(101))],
     )
     assert "AddPartitionsToTxnRequest.partitions[0].partitions has 101" in _refusal(req)
+
+
+def test_client_controlled_waits_are_clamped() -> None:
+    from services.broker.handlers import fetch, produce
+
+    assert produce.timeout_ms_of(0) == produce.DEFAULT_TIMEOUT_MS
+    assert produce.timeout_ms_of(-5) == produce.DEFAULT_TIMEOUT_MS
+    assert produce.timeout_ms_of(1234) == 1234
+    assert produce.timeout_ms_of(2**31 - 1) == produce.MAX_TIMEOUT_MS
+    assert fetch.MAX_WAIT_CAP_MS == 30_000
+
+
+def test_reassignment_reasons_do_not_echo_long_lists() -> None:
+    from services.controller.reassignment import check_target
+
+    reason = check_target(list(range(10_000)) * 2, registered={1, 2, 3})
+    assert reason is not None and "20000 brokers has duplicates" in reason and len(reason) < 120
+    reason = check_target(list(range(5, 10_005)), registered={1, 2, 3})
+    assert reason is not None and "10000 brokers are not registered" in reason
+    assert len(reason) < 120
+    assert check_target([1, 2], registered={1, 2, 3}) is None

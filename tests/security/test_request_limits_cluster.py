@@ -199,7 +199,7 @@ ROWS: dict[str, tuple[str, str, Any, tuple[grpc.StatusCode, int], str]] = {
         INVALID,
         f"partitions[0].partitions has 1000000 entries; the limit is {D.max_entries}",
     ),
-    "OffsetFetch, 3 M packed partitions (~14 MB)": (
+    "OffsetFetch, 3 M packed partitions (~10 MB)": (
         "coordinator",
         "/headwater.v1.GroupCoordinator/OffsetFetch",
         lambda: _offset_fetch(3_000_000),
@@ -216,7 +216,7 @@ ROWS: dict[str, tuple[str, str, Any, tuple[grpc.StatusCode, int], str]] = {
     "broker ListOffsets, 4 MB": (
         "broker",
         "/headwater.v1.Broker/ListOffsets",
-        lambda: _list_offsets(300_000),
+        lambda: _list_offsets(160_000),
         INVALID,
         f"the limit is {D.max_request_bytes}",
     ),
@@ -230,7 +230,7 @@ ROWS: dict[str, tuple[str, str, Any, tuple[grpc.StatusCode, int], str]] = {
     "AlterPartitionReassignments, 20 MB": (
         "controller",
         "/headwater.v1.Controller/AlterPartitionReassignments",
-        lambda: _reassign(10, 2_000_000),
+        lambda: _reassign(10, 700_000),
         TOO_BIG,
         "",
     ),
