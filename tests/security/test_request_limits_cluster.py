@@ -213,19 +213,19 @@ ROWS: dict[str, tuple[str, str, Any, tuple[grpc.StatusCode, int], str]] = {
         INVALID,
         "AddPartitionsToTxnRequest.partitions[0].partitions has 1000000 entries",
     ),
-    "broker ListOffsets, 4 MB": (
+    "broker ListOffsets, 4 MB (160 000 partitions)": (
         "broker",
         "/headwater.v1.Broker/ListOffsets",
         lambda: _list_offsets(160_000),
         INVALID,
-        f"the limit is {D.max_request_bytes}",
+        f"ListOffsetsRequest.partitions has 160000 entries; the limit is {D.max_entries}",
     ),
-    "broker ListOffsets, 100 000 partitions (~1.9 MB)": (
+    "broker ListOffsets, 6 MB": (
         "broker",
         "/headwater.v1.Broker/ListOffsets",
-        lambda: _list_offsets(100_000),
+        lambda: _list_offsets(240_000),
         INVALID,
-        f"ListOffsetsRequest.partitions has 100000 entries; the limit is {D.max_entries}",
+        f"the limit is {D.max_request_bytes}",
     ),
     "AlterPartitionReassignments, 20 MB": (
         "controller",
