@@ -30,9 +30,10 @@ this layer only guarantees that no handler is ever given an unbounded request.
 from __future__ import annotations
 
 import argparse
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -42,7 +43,11 @@ from google.protobuf.message import Message
 from headwater import errors
 from headwater.rpc import metrics
 
+T = TypeVar("T")
+
 MIB = 1024 * 1024
+#: Entries a handler processes between two turns it gives the event loop (:func:`paced`).
+PACE_EVERY = 1000
 #: Kafka's longest topic name.
 MAX_TOPIC_CHARS = 249
 #: Kafka's STRING type (int16 length): the default bound of any string field.
@@ -213,6 +218,15 @@ def _walk(
             _walk(value, fd.message_type, limits, budget, fpath, what)
         else:
             _check_string(value, fd, limits, fpath, what)
+
+
+async def paced(items: Iterable[T], every: int = PACE_EVERY) -> AsyncIterator[T]:
+    """``items``, giving the event loop a turn every ``every`` items: a handler expanding a
+    long repeated field item by item does not hold the loop for the whole request."""
+    for i, item in enumerate(items):
+        if i and i % every == 0:
+            await asyncio.sleep(0)
+        yield item
 
 
 # ------------------------------------------------------------------------------ interceptor

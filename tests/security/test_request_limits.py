@@ -330,3 +330,26 @@ def test_reassignment_reasons_do_not_echo_long_lists() -> None:
     assert reason is not None and "10000 brokers are not registered" in reason
     assert len(reason) < 120
     assert check_target([1, 2], registered={1, 2, 3}) is None
+
+
+def test_paced_gives_the_loop_a_turn_every_n_items() -> None:
+    async def go() -> tuple[list[int], list[int]]:
+        ticks: list[int] = []
+        seen: list[int] = []
+
+        async def ticker() -> None:
+            while True:
+                ticks.append(len(seen))
+                await asyncio.sleep(0)
+
+        task = asyncio.get_running_loop().create_task(ticker())
+        await asyncio.sleep(0)  # the ticker runs once before the loop below
+        async for i in L.paced(range(3000), every=1000):
+            seen.append(i)
+        task.cancel()
+        return seen, ticks
+
+    seen, ticks = asyncio.run(go())
+    assert seen == list(range(3000))
+    # the ticker ran at the start and after items 1000 and 2000, never in between
+    assert ticks == [0, 1000, 2000]
