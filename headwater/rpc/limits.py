@@ -259,11 +259,6 @@ class _Method:
         return message
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: errors.HeadwaterError) -> None:
-    context.set_trailing_metadata(errors.to_trailing_metadata(exc))
-    await context.abort(exc.grpc_status, str(exc))
-
-
 class LimitInterceptor(grpc.aio.ServerInterceptor):
     """Size, decoding and shape limits of every method (see the module doc). Must be the
     first (outermost) interceptor: the request deserializer it sets is the one gRPC uses."""
@@ -282,16 +277,22 @@ class LimitInterceptor(grpc.aio.ServerInterceptor):
         if md is None:
             return None
         decode = handler.request_deserializer
-        if decode is None:  # the handler wants raw bytes: only the size applies
+        if decode is None:  # a handler taking raw bytes (none today) checks them itself
             return None
         return _Method(
             path, f"{svc.name}.{name}", md.input_type, self._limits.for_method(path), decode
         )
 
-    def _refused(self, method: str, exc: errors.HeadwaterError) -> None:
-        short = method.rsplit("/", 1)[-1]
+    async def _refuse(
+        self, m: _Method, context: grpc.aio.ServicerContext, exc: BaseException
+    ) -> None:
+        """Count the refused call and end it with ``exc``'s status (an InvalidRequestError's;
+        a bug in the check itself is INTERNAL, logged)."""
+        short = m.path.rsplit("/", 1)[-1]
         metrics.REQUESTS.labels(self._service, short).inc()
-        metrics.ERRORS.labels(self._service, short, exc.code_name()).inc()
+        code = errors.ErrorCode.Name(errors.code_of(exc))
+        metrics.ERRORS.labels(self._service, short, code).inc()
+        await metrics.abort_for(context, exc)
 
     async def intercept_service(
         self,
@@ -334,9 +335,8 @@ class LimitInterceptor(grpc.aio.ServerInterceptor):
         async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
             try:
                 request = m.admit(raw)
-            except errors.InvalidRequestError as exc:
-                self._refused(m.path, exc)
-                await _abort(context, exc)
+            except Exception as exc:
+                await self._refuse(m, context, exc)
             return await inner(request, context)
 
         return unary
@@ -347,9 +347,8 @@ class LimitInterceptor(grpc.aio.ServerInterceptor):
         async def stream(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             try:
                 request = m.admit(raw)
-            except errors.InvalidRequestError as exc:
-                self._refused(m.path, exc)
-                await _abort(context, exc)
+            except Exception as exc:
+                await self._refuse(m, context, exc)
             async for item in inner(request, context):
                 yield item
 
@@ -363,8 +362,7 @@ class LimitInterceptor(grpc.aio.ServerInterceptor):
             except Exception:
                 if gate.refused is None:
                     raise
-            self._refused(m.path, gate.refused)
-            await _abort(context, gate.refused)
+            await self._refuse(m, context, gate.refused)
 
         return su
 
@@ -383,8 +381,7 @@ class LimitInterceptor(grpc.aio.ServerInterceptor):
             except Exception:
                 if gate.refused is None:
                     raise
-            self._refused(m.path, gate.refused)
-            await _abort(context, gate.refused)
+            await self._refuse(m, context, gate.refused)
 
         return ss
 
@@ -396,7 +393,7 @@ class _StreamGate:
     def __init__(self, m: _Method, raws: AsyncIterator[bytes]) -> None:
         self._m = m
         self._raws = aiter(raws)
-        self.refused: errors.InvalidRequestError | None = None
+        self.refused: Exception | None = None
 
     def __aiter__(self) -> _StreamGate:
         return self
@@ -407,7 +404,7 @@ class _StreamGate:
         raw = await anext(self._raws)
         try:
             return self._m.admit(raw)
-        except errors.InvalidRequestError as exc:
+        except Exception as exc:
             self.refused = exc
             raise
 

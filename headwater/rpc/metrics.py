@@ -45,7 +45,9 @@ def start_http(host: str, port: int) -> int:
     return int(server.server_port)
 
 
-async def _fail(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+async def abort_for(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    """End the call with ``exc``'s status: a HeadwaterError's own with its trailer; anything
+    else INTERNAL / ``UNKNOWN_SERVER_ERROR``, logged with its traceback."""
     if isinstance(exc, errors.HeadwaterError):
         context.set_trailing_metadata(errors.to_trailing_metadata(exc))
         await context.abort(exc.grpc_status, str(exc))
@@ -60,7 +62,7 @@ async def _fail(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
 async def _edge(
     service: str, method: str, context: grpc.aio.ServicerContext
 ) -> AsyncIterator[None]:
-    """Count and time one call; turn what the body raises into its status (:func:`_fail`)."""
+    """Count and time one call; turn what the body raises into its status (:func:`abort_for`)."""
     REQUESTS.labels(service, method).inc()
     start = time.perf_counter()
     try:
@@ -70,7 +72,7 @@ async def _edge(
         raise
     except Exception as exc:
         ERRORS.labels(service, method, _code_name(exc)).inc()
-        await _fail(context, exc)
+        await abort_for(context, exc)
     finally:
         LATENCY.labels(service, method).observe(time.perf_counter() - start)
 
