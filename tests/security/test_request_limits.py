@@ -112,6 +112,14 @@ def test_hand_parsed_produce_view_is_checked_like_the_message() -> None:
         L.check_shape(view, broker_pb2.ProduceRequest.DESCRIPTOR, SMALL, "Broker.Produce")
 
 
+def test_produce_parser_stops_at_the_partition_limit() -> None:
+    parts = [broker_pb2.PartitionRecords(topic="t", partition=i) for i in range(11)]
+    raw = broker_pb2.ProduceRequest(partitions=parts).SerializeToString()
+    assert len(decode_produce_request(raw, max_partitions=11).partitions) == 11
+    with pytest.raises(errors.InvalidRequestError, match=r"more than 10 entries; the limit is 10"):
+        decode_produce_request(raw, max_partitions=10)
+
+
 def test_method_classes_and_receive_limit() -> None:
     rl = L.RequestLimits()
     assert rl.for_method("/headwater.v1.Broker/Produce") is rl.bulk

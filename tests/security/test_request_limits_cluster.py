@@ -241,6 +241,71 @@ ROWS: dict[str, tuple[str, str, Any, tuple[grpc.StatusCode, int], str]] = {
         INVALID,
         "partitions[0].replicas has 1000000 entries",
     ),
+    # found by the hostile-input suite (/work/notes/fuzz-findings.md, run 1)
+    "Produce, 10^6 lean partitions (~10 MB)": (
+        "broker",
+        "/headwater.v1.Broker/Produce",
+        lambda: broker_pb2.ProduceRequest(
+            acks=broker_pb2.ACKS_ALL,
+            partitions=[
+                broker_pb2.PartitionRecords(topic="limits", partition=2**21 + i)
+                for i in range(1_000_000)
+            ],
+        ).SerializeToString(),
+        INVALID,
+        "ProduceRequest.partitions has more than 100000 entries",
+    ),
+    "OffsetForLeaderEpoch, 10^6 partitions": (
+        "broker",
+        "/headwater.v1.Broker/OffsetForLeaderEpoch",
+        lambda: broker_pb2.OffsetForLeaderEpochRequest(
+            partitions=[
+                broker_pb2.OffsetForLeaderEpochPartition(topic="limits", partition=i)
+                for i in range(1_000_000)
+            ]
+        ).SerializeToString(),
+        INVALID,
+        "OffsetForLeaderEpochRequest.partitions has 1000000 entries; the limit is 200000",
+    ),
+    "WriteTxnMarkers, 10^6 marker partitions": (
+        "broker",
+        "/headwater.v1.Broker/WriteTxnMarkers",
+        lambda: broker_pb2.WriteTxnMarkersRequest(
+            markers=[
+                broker_pb2.WriteTxnMarker(
+                    producer_id=1,
+                    partitions=[
+                        broker_pb2.TxnMarkerPartition(topic="limits", partition=i)
+                        for i in range(1_000_000)
+                    ],
+                )
+            ]
+        ).SerializeToString(),
+        INVALID,
+        "markers[0].partitions has 1000000 entries",
+    ),
+    "AlterConfigs, 10^6 empty resources (2 MB)": (
+        "controller",
+        "/headwater.v1.Controller/AlterConfigs",
+        lambda: controller_pb2.AlterConfigsRequest(
+            resources=[controller_pb2.AlterConfigsResource() for _ in range(1_000_000)]
+        ).SerializeToString(),
+        INVALID,
+        "AlterConfigsRequest.resources has 1000000 entries",
+    ),
+    "LeaveGroup, 10^6 members (~30 MB)": (
+        "coordinator",
+        "/headwater.v1.GroupCoordinator/LeaveGroup",
+        lambda: coordinator_pb2.LeaveGroupRequest(
+            group_id="g",
+            members=[
+                coordinator_pb2.MemberIdentity(member_id=f"member-{i:020d}")
+                for i in range(1_000_000)
+            ],
+        ).SerializeToString(),
+        TOO_BIG,
+        "",
+    ),
     "Metadata, a 100 000-character topic name": (
         "broker",
         "/headwater.v1.Broker/Metadata",
