@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import grpc
@@ -98,8 +98,7 @@ class Limits:
 @dataclass(frozen=True)
 class RequestLimits:
     """The bounds of every method of a server: ``default`` for most, ``bulk`` for
-    :data:`BULK_METHODS`, ``control`` for :data:`CONTROL_METHODS`, and per-method overrides
-    (full method name ``/package.Service/Method`` -> :class:`Limits`)."""
+    :data:`BULK_METHODS`, ``control`` for :data:`CONTROL_METHODS`."""
 
     default: Limits = Limits()
     bulk: Limits = Limits(
@@ -108,12 +107,9 @@ class RequestLimits:
     control: Limits = Limits(
         max_request_bytes=64 * MIB, max_entries=200_000, max_total_entries=2_000_000
     )
-    methods: Mapping[str, Limits] = field(default_factory=dict)
 
     def for_method(self, method: str) -> Limits:
         """The bounds for ``method`` (``/package.Service/Method``)."""
-        if method in self.methods:
-            return self.methods[method]
         if method in BULK_METHODS:
             return self.bulk
         if method in CONTROL_METHODS:
@@ -141,11 +137,6 @@ class _Budget:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.left = limit
-
-
-def _short(text: str, n: int = 80) -> str:
-    """A name for an error message: at most ``n`` characters (never unbounded input)."""
-    return text if len(text) <= n else text[:n] + "..."
 
 
 def _string_limit(fd: FieldDescriptor, limits: Limits) -> int:
