@@ -412,7 +412,7 @@ class Etcd:
         on_lost: Callable[[], None] | None = None,
         name: str = "etcd-lease",
     ) -> LeaseKeeper:
-        """Grant a lease of ``ttl`` seconds and start its keepalive task (refresh every ttl/3).
+        """Grant a lease of ``ttl`` seconds and start its keepalive thread (refresh every ttl/3).
 
         ``on_lost`` runs on the loop, once, when the lease is lost.
         """
