@@ -368,6 +368,8 @@ class LimitInterceptor(grpc.aio.ServerInterceptor):
             gate = _StreamGate(m, raws)
             try:
                 return await inner(gate, context)
+            except grpc.aio.AbortError:
+                raise  # already answered (the error edge inside turned the refusal into it)
             except Exception:
                 if gate.refused is None:
                     raise
@@ -387,6 +389,8 @@ class LimitInterceptor(grpc.aio.ServerInterceptor):
                     yield item
                 if gate.refused is None:
                     return
+            except grpc.aio.AbortError:
+                raise  # already answered (the error edge inside turned the refusal into it)
             except Exception:
                 if gate.refused is None:
                     raise

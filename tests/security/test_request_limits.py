@@ -159,20 +159,25 @@ class _Groups(coordinator_pb2_grpc.GroupCoordinatorServicer):
 
 
 class _Replicas(broker_pb2_grpc.BrokerServicer):
-    """ReplicaFetch answers one response per request message, catching everything but its own
-    typed error (so the interceptor's refusal must survive a handler that swallows errors)."""
+    """ReplicaFetch answers one response per request message. A stream whose first message
+    has replica_id 7 lets every error through; any other catches everything but its own typed
+    error (so the interceptor's refusal must survive a handler that swallows errors)."""
 
     async def ReplicaFetch(
         self, request_iterator: AsyncIterator[broker_pb2.ReplicaFetchRequest], context: Any
     ) -> AsyncIterator[broker_pb2.ReplicaFetchResponse]:
+        propagate = False
         try:
             async for req in request_iterator:
+                propagate = propagate or req.replica_id == 7
                 if req.replica_id == 99:  # a typed failure of the handler itself
                     raise errors.StaleBrokerEpochError("broker epoch 1 is stale")
                 yield broker_pb2.ReplicaFetchResponse()
         except errors.StaleBrokerEpochError:
             raise
         except Exception:
+            if propagate:
+                raise
             return
 
 
@@ -268,9 +273,13 @@ def test_oversized_and_overlong_requests_never_reach_the_handler(server: Any) ->
     assert groups.calls == 1
 
 
-def test_client_stream_messages_are_each_checked(server: Any) -> None:
+@pytest.mark.parametrize("handler", ["swallows errors", "lets errors through"])
+def test_client_stream_messages_are_each_checked(
+    server: Any, handler: str, caplog: pytest.LogCaptureFixture
+) -> None:
     address, _groups, loop = server
-    good = broker_pb2.ReplicaFetchRequest(replica_id=1).SerializeToString()
+    replica = 7 if handler == "lets errors through" else 1
+    good = broker_pb2.ReplicaFetchRequest(replica_id=replica).SerializeToString()
 
     async def go(second: bytes) -> tuple[int, grpc.aio.AioRpcError | None]:
         async with grpc.aio.insecure_channel(address) as ch:
@@ -308,6 +317,8 @@ def test_client_stream_messages_are_each_checked(server: Any) -> None:
     trailer = dict(err.trailing_metadata() or ())[errors.ERROR_CODE_METADATA_KEY]
     assert int(trailer) == E.INVALID_REQUEST
     assert "Broker.ReplicaFetch" in (err.details() or "")
+    # answered once: no second abort (grpc logs "Abort already called" as an error)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
 
 
 def test_add_partitions_to_txn_shape() -> None:
