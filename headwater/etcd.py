@@ -10,9 +10,12 @@ Threads and ownership:
   ``asyncio.to_thread`` users such as storage I/O).
 * Watches are served by pyetcd's watch thread; each event is handed to the loop with
   ``loop.call_soon_threadsafe`` and consumed by exactly one async iterator (:class:`Watch`).
-* A :class:`LeaseKeeper` owns one named keepalive task on the loop; the lease's loss (refresh
-  answered with TTL 0, or no successful refresh for a whole TTL) is reported once, through the
-  ``lost`` event and the optional ``on_lost`` callback.
+* A :class:`LeaseKeeper` owns one named keepalive thread (not a task on the loop: a handler
+  holding the loop for a while must not cost the process its lease); the lease's loss
+  (refresh answered with TTL 0, or no successful refresh for a whole TTL) is reported once,
+  on the loop, through the ``lost`` event and the optional ``on_lost`` callback. A loop that
+  has not run for :data:`LOOP_STALL_LIMIT_S` is taken for wedged: the keeper stops
+  refreshing, so the lease expires and another process can take over what it guarded.
 
 Keys are ``str``; values are returned as ``bytes`` (``put`` accepts ``str`` or ``bytes``).
 Every pyetcd/gRPC failure surfaces as :class:`EtcdError` (or a subclass) with the original
@@ -26,6 +29,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -35,8 +39,6 @@ import grpc
 import pyetcd
 import pyetcd.exceptions
 
-from headwater import timeouts
-
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -45,6 +47,8 @@ T = TypeVar("T")
 DEFAULT_RPC_TIMEOUT = 5.0
 #: Delay before the next lease refresh after a failed one (seconds; normally ttl / 3).
 RETRY_REFRESH_S = 0.5
+#: A keepalive thread stops refreshing when its event loop has not run for this long.
+LOOP_STALL_LIMIT_S = 30.0
 
 
 class EtcdError(Exception):
@@ -419,7 +423,7 @@ class Etcd:
         on_lost: Callable[[], None] | None = None,
         name: str = "etcd-lease",
     ) -> LeaseKeeper:
-        """Grant a lease of ``ttl`` seconds and start its keepalive task (refresh every ttl/3).
+        """Grant a lease of ``ttl`` seconds and start its keepalive thread (refresh every ttl/3).
 
         ``on_lost`` runs on the loop, once, when the lease is lost.
         """
@@ -436,15 +440,6 @@ class Etcd:
             return int(info.grantedTTL) if int(info.TTL) >= 0 else -1
 
         return int(await self._call(run))
-
-    async def _refresh(self, lease_id: int) -> int:
-        """One keepalive round trip; the remaining TTL (0: the lease no longer exists)."""
-
-        def run() -> int:
-            responses = list(self._client.refresh_lease(lease_id))
-            return int(responses[-1].TTL) if responses else 0
-
-        return await self._call(run)
 
     async def _revoke(self, lease_id: int) -> None:
         await self._call(self._client.revoke_lease, lease_id)
@@ -487,12 +482,14 @@ class Etcd:
 
 
 class LeaseKeeper:
-    """A granted lease plus the keepalive task that keeps it alive.
+    """A granted lease plus the keepalive thread that keeps it alive.
 
-    The keepalive task (owned by this object, named) refreshes every ``ttl / 3`` seconds.
-    Refresh failures are logged and retried after ``RETRY_REFRESH_S``; the lease is declared
-    lost when etcd answers TTL 0 or when no refresh has succeeded for ``ttl`` seconds (by then
-    etcd has expired it).
+    The thread (owned by this object, named) refreshes every ``ttl / 3`` seconds, through the
+    adapter's executor, whatever the event loop is doing. Refresh failures are logged and
+    retried after ``RETRY_REFRESH_S``; the lease is declared lost when etcd answers TTL 0 or
+    when no refresh has succeeded for ``ttl`` seconds (by then etcd has expired it). The loss
+    is reported on the loop. While the loop has not run for ``LOOP_STALL_LIMIT_S`` seconds the
+    thread does not refresh (a wedged process gives its lease up).
     """
 
     def __init__(
@@ -503,22 +500,21 @@ class LeaseKeeper:
         self.lost = asyncio.Event()
         self._etcd = etcd
         self._on_lost = on_lost
-        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
         self._last_ok = time.monotonic()
+        self._loop_seen = time.monotonic()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _start(self, name: str) -> None:
-        self._task = asyncio.create_task(self._keepalive(), name=f"{name}-{self.id:x}")
-        self._task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("lease %x keepalive task failed", self.id, exc_info=exc)
-            self._mark_lost()
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(
+            target=self._keepalive, name=f"{name}-{self.id:x}", daemon=True
+        )
+        self._thread.start()
 
     def _mark_lost(self) -> None:
+        """Runs on the loop."""
         if self.lost.is_set():
             return
         self.lost.set()
@@ -529,23 +525,61 @@ class LeaseKeeper:
             except Exception:
                 log.exception("lease %x on_lost callback failed", self.id)
 
-    async def _keepalive(self) -> None:
+    def _on_loop(self, fn: Callable[[], None]) -> bool:
+        """Schedule ``fn`` on the loop from the keepalive thread; False once the loop is gone."""
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:  # loop closed
+            return False
+        return True
+
+    def _seen(self) -> None:
+        self._loop_seen = time.monotonic()
+
+    def _refresh(self, timeout: float) -> int:
+        """One keepalive round trip from the thread; the remaining TTL (0: lease gone)."""
+
+        def run() -> int:
+            responses = list(self._etcd._client.refresh_lease(self.id))
+            return int(responses[-1].TTL) if responses else 0
+
+        try:
+            return self._etcd._executor.submit(run).result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise EtcdError(f"lease refresh timed out after {timeout:.1f} s") from None
+        except RuntimeError as exc:  # executor shut down: the client is closed
+            raise EtcdError("etcd client is closed") from exc
+        except Exception as exc:
+            raise _wrap(exc) from exc
+
+    def _keepalive(self) -> None:
         interval = max(self.ttl / 3.0, 0.2)
         wait = interval
-        while not self.lost.is_set():
-            await asyncio.sleep(wait)
+        while not self._stop.wait(wait):
+            if not self._on_loop(self._seen):
+                return
+            stalled = time.monotonic() - self._loop_seen
+            if stalled > max(LOOP_STALL_LIMIT_S, interval * 2):
+                log.error(
+                    "lease %x: the event loop has not run for %.0f s; not refreshing",
+                    self.id,
+                    stalled,
+                )
+                wait = interval
+                continue
             try:
-                remaining = await timeouts.wait_for(self._etcd._refresh(self.id), interval * 2)
-            except (EtcdError, TimeoutError) as exc:
+                remaining = self._refresh(interval * 2)
+            except EtcdError as exc:
                 log.warning("lease %x refresh failed: %s", self.id, exc)
                 if time.monotonic() - self._last_ok >= self.ttl:
-                    self._mark_lost()
+                    self._on_loop(self._mark_lost)
+                    return
                 # retry soon: the refresh that ends an outage must not wait a whole interval
-                # (a lease whose etcd came back in time expired meanwhile)
                 wait = min(interval, RETRY_REFRESH_S)
                 continue
             if remaining <= 0:
-                self._mark_lost()
+                self._on_loop(self._mark_lost)
                 return
             self._last_ok = time.monotonic()
             wait = interval
@@ -560,10 +594,10 @@ class LeaseKeeper:
 
     async def stop(self) -> None:
         """Stop refreshing without revoking (the lease then expires after its TTL)."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join)
 
 
 class Watch:

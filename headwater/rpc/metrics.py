@@ -4,7 +4,7 @@ Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` hi
 base units). Each service process has one default registry, exposed over HTTP by
 :func:`start_http`.
 
-The interceptor wraps unary and server-streaming handlers:
+The interceptor wraps every handler (unary, server-, client- and bidirectional-streaming):
 
 * counts requests and errors, and observes latency, labelled by service and method;
 * turns a :class:`~headwater.errors.HeadwaterError` raised by a handler into the error's gRPC
@@ -14,6 +14,7 @@ The interceptor wraps unary and server-streaming handlers:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -44,7 +45,9 @@ def start_http(host: str, port: int) -> int:
     return int(server.server_port)
 
 
-async def _fail(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+async def abort_for(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    """End the call with ``exc``'s status: a HeadwaterError's own with its trailer; anything
+    else INTERNAL / ``UNKNOWN_SERVER_ERROR``, logged with its traceback."""
     if isinstance(exc, errors.HeadwaterError):
         context.set_trailing_metadata(errors.to_trailing_metadata(exc))
         await context.abort(exc.grpc_status, str(exc))
@@ -53,6 +56,25 @@ async def _fail(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
         ((errors.ERROR_CODE_METADATA_KEY, str(errors.UnknownServerError.code)),)
     )
     await context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.asynccontextmanager
+async def _edge(
+    service: str, method: str, context: grpc.aio.ServicerContext
+) -> AsyncIterator[None]:
+    """Count and time one call; turn what the body raises into its status (:func:`abort_for`)."""
+    REQUESTS.labels(service, method).inc()
+    start = time.perf_counter()
+    try:
+        yield
+    except grpc.aio.AbortError:
+        ERRORS.labels(service, method, "ABORTED").inc()
+        raise
+    except Exception as exc:
+        ERRORS.labels(service, method, _code_name(exc)).inc()
+        await abort_for(context, exc)
+    finally:
+        LATENCY.labels(service, method).observe(time.perf_counter() - start)
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
@@ -73,51 +95,44 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if details.method.startswith(("/grpc.health", "/grpc.reflection")):
             return handler
         service = self._service
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
         if handler.unary_unary is not None:
             inner_uu = handler.unary_unary
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                REQUESTS.labels(service, method).inc()
-                start = time.perf_counter()
-                try:
+                async with _edge(service, method, context):
                     return await inner_uu(request, context)
-                except grpc.aio.AbortError:
-                    ERRORS.labels(service, method, "ABORTED").inc()
-                    raise
-                except Exception as exc:
-                    ERRORS.labels(service, method, _code_name(exc)).inc()
-                    await _fail(context, exc)
-                finally:
-                    LATENCY.labels(service, method).observe(time.perf_counter() - start)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return grpc.unary_unary_rpc_method_handler(unary, **codecs)
         if handler.unary_stream is not None:
             inner_us = handler.unary_stream
 
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                REQUESTS.labels(service, method).inc()
-                start = time.perf_counter()
-                try:
+                async with _edge(service, method, context):
                     async for item in inner_us(request, context):
                         yield item
-                except grpc.aio.AbortError:
-                    ERRORS.labels(service, method, "ABORTED").inc()
-                    raise
-                except Exception as exc:
-                    ERRORS.labels(service, method, _code_name(exc)).inc()
-                    await _fail(context, exc)
-                finally:
-                    LATENCY.labels(service, method).observe(time.perf_counter() - start)
 
-            return grpc.unary_stream_rpc_method_handler(
-                stream,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return grpc.unary_stream_rpc_method_handler(stream, **codecs)
+        if handler.stream_stream is not None:
+            inner_ss = handler.stream_stream
+
+            async def bidi(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                async with _edge(service, method, context):
+                    async for item in inner_ss(requests, context):
+                        yield item
+
+            return grpc.stream_stream_rpc_method_handler(bidi, **codecs)
+        if handler.stream_unary is not None:
+            inner_su = handler.stream_unary
+
+            async def upload(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+                async with _edge(service, method, context):
+                    return await inner_su(requests, context)
+
+            return grpc.stream_unary_rpc_method_handler(upload, **codecs)
         return handler
 
 

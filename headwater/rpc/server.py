@@ -7,8 +7,11 @@ each one has, without code of its own:
 * server reflection (``grpcurl -plaintext HOST:PORT list`` works),
 * a Prometheus endpoint (``/metrics``) with request counts, errors and latency per RPC
   (:mod:`headwater.rpc.metrics`),
-* message size limits (``max_message_bytes``) so an oversized request is refused by gRPC
-  before any handler allocates for it,
+* request limits (:mod:`headwater.rpc.limits`, the outermost interceptor): each method's
+  request is size-checked, decoded and shape-checked (entries per repeated field, string
+  lengths) before any other interceptor or handler sees it; gRPC's own receive limit is the
+  largest request any registered method accepts, so a larger message is refused by gRPC
+  before it is buffered,
 * two-stage shutdown: stop accepting, let in-flight calls finish for ``grace`` seconds,
 * TLS / mTLS when given a :class:`headwater.rpc.security_flags.ServerSecurity` with a
   certificate (the port then speaks TLS only; the metrics endpoint stays plain HTTP), and the
@@ -30,6 +33,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from headwater.rpc import limits as request_limits
 from headwater.rpc import metrics, principal
 from headwater.rpc.auth import authenticator
 from headwater.rpc.auth.interceptor import AuthInterceptor, ServerAuth
@@ -52,13 +56,22 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
     ]
 
 
-def server_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
+def server_options(
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_receive_bytes: int | None = None
+) -> list[tuple[str, Any]]:
     """:func:`channel_options` plus the server's side of keepalive: clients ping every 20 s
     even when idle, and gRPC's server default refuses pings without data more often than every
     5 minutes (after two such "strikes" it closes the connection with ``too_many_pings``,
-    failing the calls on it). Accept one every 10 s."""
+    failing the calls on it). Accept one every 10 s. ``max_receive_bytes`` (default
+    ``max_message_bytes``) bounds one received message."""
+    options = [
+        (k, max_receive_bytes)
+        if k == "grpc.max_receive_message_length" and max_receive_bytes is not None
+        else (k, v)
+        for k, v in channel_options(max_message_bytes)
+    ]
     return [
-        *channel_options(max_message_bytes),
+        *options,
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ]
@@ -91,6 +104,26 @@ class RunningServer:
             await self.auth.stop()
 
 
+class _Registrations:
+    """Stands in for the server while the servicers register, so that the server's receive
+    limit can be chosen from the methods they add; :meth:`replay` adds them to the server."""
+
+    def __init__(self) -> None:
+        self._calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.methods: list[str] = []  # "/package.Service/Method"
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self._calls.append(("add_generic_rpc_handlers", (handlers,)))
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self._calls.append(("add_registered_method_handlers", (service, handlers)))
+        self.methods += [f"/{service}/{name}" for name in handlers]
+
+    def replay(self, server: grpc.aio.Server) -> None:
+        for name, args in self._calls:
+            getattr(server, name)(*args)
+
+
 async def start_server(
     *,
     host: str,
@@ -101,6 +134,7 @@ async def start_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     security: ServerSecurity | None = None,
     auth: ServerAuth | None = None,
+    limits: request_limits.RequestLimits = request_limits.DEFAULT_LIMITS,
 ) -> RunningServer:
     """Create, register and start a server on ``host:port`` (0 picks a free port).
 
@@ -112,13 +146,22 @@ async def start_server(
     ``auth`` (:class:`headwater.rpc.auth.interceptor.ServerAuth`, attached to etcd before or
     after the start): serve the Authenticator, verify bearer tokens and, with its authorizer,
     enforce ACLs on every call.
+    ``limits``: the request limits of every method (:mod:`headwater.rpc.limits`).
     """
-    interceptors: list[grpc.aio.ServerInterceptor] = [metrics.ServerInterceptor(service)]
+    interceptors: list[grpc.aio.ServerInterceptor] = [
+        request_limits.LimitInterceptor(service, limits),  # first: it decodes every request
+        metrics.ServerInterceptor(service),
+    ]
     if auth is not None:
         interceptors.append(AuthInterceptor(auth))  # inside metrics: its errors get trailers
         register = [*register, authenticator.register(auth)]
-    server = grpc.aio.server(interceptors=interceptors, options=server_options(max_message_bytes))
-    names = [reg(server) for reg in register]
+    collected = _Registrations()
+    names = [reg(collected) for reg in register]
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=server_options(max_message_bytes, limits.largest_request_bytes(collected.methods)),
+    )
+    collected.replay(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -19,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+from headwater.rpc.limits import add_limit_flags, limits_from_args
 from headwater.rpc.security_flags import add_security_flags, security_from_args
 from services.broker.dynamic_config import parse_static
 from services.broker.registration import LEASE_TTL_S
@@ -106,8 +107,10 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         "--entity-type brokers) take precedence",
     )
     add_security_flags(ap)
+    add_limit_flags(ap)
     a = ap.parse_args(argv)
     security = security_from_args(a, ap)
+    limits = limits_from_args(a, ap)
     dirs = [Path(d) for d in a.data_dirs.split(",") if d.strip()]
     if not dirs:
         ap.error("--data-dirs needs at least one directory")
@@ -156,6 +159,7 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         retention_check_interval_ms=a.log_retention_check_interval_ms,
         static_configs=static_configs,
         security=security,
+        limits=limits,
         advertised_host=a.advertised_host,
         advertised_port=a.advertised_port,
     )

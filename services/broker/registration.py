@@ -2,7 +2,7 @@
 
 Key ``/headwater/brokers/ids/<id>`` holds JSON ``{"broker_id", "host", "port", "rack",
 "metrics_url", "static_configs"}`` (static_configs: the start-up configs DescribeConfigs
-reports) attached to a lease of ``LEASE_TTL_S`` seconds that the adapter's keepalive task
+reports) attached to a lease of ``LEASE_TTL_S`` seconds that the adapter's keepalive thread
 refreshes. The key is created with a create-if-absent transaction; its create revision
 is the **broker epoch** (a new incarnation always gets a larger one). The controller watches
 these keys for liveness and stamps the epoch on its requests to this broker.

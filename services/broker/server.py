@@ -62,6 +62,7 @@ from headwater.batch.codec import now_ms
 from headwater.errors import HeadwaterError
 from headwater.rpc.auth.client import attach_service
 from headwater.rpc.auth.interceptor import ServerAuth
+from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.broker import metrics, servicer, stray_replicas
@@ -115,6 +116,8 @@ class BrokerSettings:
     static_configs: dict[str, str] = field(default_factory=dict)
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
+    #: Request limits of every RPC (headwater/rpc/limits.py).
+    limits: RequestLimits = DEFAULT_LIMITS
     #: Address registered for clients and peers when it differs from the bind address, e.g.
     #: a Kubernetes pod's stable DNS name (``--advertised-host``/``--advertised-port``);
     #: None: ``host`` and the bound port.
@@ -236,6 +239,7 @@ async def serve(settings: BrokerSettings) -> int:
         metrics_port=settings.metrics_port,
         security=settings.security,
         auth=auth,
+        limits=settings.limits,
     )
     tasks: list[asyncio.Task[None]] = []
     client: hetcd.Etcd | None = None

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from headwater.rpc.limits import add_limit_flags, limits_from_args
 from headwater.rpc.security_flags import add_security_flags, security_from_args
 from services.controller.app import Settings, run
 
@@ -46,8 +47,10 @@ def parse(argv: list[str] | None = None) -> Settings:
     )
     ap.add_argument("--log-level", default="INFO")
     add_security_flags(ap)
+    add_limit_flags(ap)
     a = ap.parse_args(argv)
     security = security_from_args(a, ap)
+    limits = limits_from_args(a, ap)
     if a.leader_imbalance_check_interval_s <= 0:
         ap.error("--leader-imbalance-check-interval-s must be > 0")
     logging.basicConfig(
@@ -66,6 +69,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         imbalance_check_interval_s=a.leader_imbalance_check_interval_s,
         imbalance_percent=a.leader_imbalance_per_broker_percentage,
         security=security,
+        limits=limits,
     )
 
 

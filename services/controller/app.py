@@ -28,6 +28,7 @@ from headwater import etcd as hetcd
 from headwater import timeouts
 from headwater.rpc.auth.client import attach_service
 from headwater.rpc.auth.interceptor import ServerAuth
+from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.controller import events
@@ -52,6 +53,8 @@ class Settings:
     imbalance_percent: float = 10.0
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
+    #: Request limits of every RPC (headwater/rpc/limits.py).
+    limits: RequestLimits = DEFAULT_LIMITS
 
 
 def write_ready_file(path: Path, payload: dict[str, Any]) -> None:
@@ -94,6 +97,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         metrics_port=settings.metrics_port,
         security=settings.security,
         auth=auth,
+        limits=settings.limits,
     )
     controller.port = server.port
     election = Election(

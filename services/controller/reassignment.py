@@ -146,13 +146,25 @@ def plan_complete(
 
 
 def check_target(target: list[int], registered: Collection[int]) -> str | None:
-    """Why a (non-empty) target replica list is invalid, or None."""
-    if len(set(target)) != len(target):
-        return f"replica list {target} has duplicates"
+    """Why a (non-empty) target replica list is invalid, or None. The reason names at most a
+    few broker ids, however long the list (a message never echoes unbounded input)."""
+    seen: set[int] = set()
+    duplicates = []
+    for b in target:
+        if b in seen:
+            duplicates.append(b)
+        seen.add(b)
+    if duplicates:
+        return f"replica list of {len(target)} brokers has duplicates: {_few(duplicates)}"
     unknown = [b for b in target if b not in registered]
     if unknown:
-        return f"brokers {unknown} are not registered"
+        return f"{len(unknown)} brokers are not registered: {_few(unknown)}"
     return None
+
+
+def _few(ids: list[int], n: int = 5) -> str:
+    shown = ", ".join(str(b) for b in ids[:n])
+    return f"{shown}, ..." if len(ids) > n else shown
 
 
 # ---------------------------------------------------------------- commands (event loop)

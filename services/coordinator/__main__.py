@@ -14,6 +14,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from headwater.rpc.limits import add_limit_flags, limits_from_args
 from headwater.rpc.security_flags import add_security_flags, security_from_args
 from services.coordinator.app import Settings, run
 from services.coordinator.topic_watch import WATCH_INTERVAL_S
@@ -68,8 +69,10 @@ def parse(argv: list[str] | None = None) -> Settings:
     )
     ap.add_argument("--log-level", default="INFO")
     add_security_flags(ap)
+    add_limit_flags(ap)
     a = ap.parse_args(argv)
     security = security_from_args(a, ap)
+    limits = limits_from_args(a, ap)
     if a.offsets_topic_partitions < 1 or a.offsets_topic_replication_factor < 1:
         ap.error("--offsets-topic-partitions and --offsets-topic-replication-factor must be >= 1")
     if a.transaction_state_partitions < 1 or a.transaction_max_timeout_ms < 1:
@@ -97,6 +100,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         transaction_state_partitions=a.transaction_state_partitions,
         transaction_max_timeout_ms=a.transaction_max_timeout_ms,
         security=security,
+        limits=limits,
     )
 
 

@@ -42,6 +42,7 @@ from headwater.client.metadata import Metadata
 from headwater.client.security import ClientSecurity, set_default_security
 from headwater.rpc.auth.client import attach_service
 from headwater.rpc.auth.interceptor import ServerAuth
+from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.controller.app import _connect_etcd, write_ready_file
@@ -80,6 +81,8 @@ class Settings:
     transaction_max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
+    #: Request limits of every RPC (headwater/rpc/limits.py).
+    limits: RequestLimits = DEFAULT_LIMITS
 
 
 async def broker_bootstrap(etcd: hetcd.Etcd, timeout_s: float = 60.0) -> list[str]:
@@ -231,6 +234,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         metrics_port=settings.metrics_port,
         security=settings.security,
         auth=auth,
+        limits=settings.limits,
     )
     metrics_url = (
         f"http://{settings.host}:{server.metrics_port}/metrics" if server.metrics_port > 0 else ""

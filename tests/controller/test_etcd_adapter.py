@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,47 @@ def test_lease_keepalive_then_loss_on_expiry(etcd: str) -> None:
             await asyncio.wait_for(lease2.lost.wait(), 10)
             assert lost_calls == [2]
             await lease2.stop()
+
+    run(body())
+
+
+def _hold_the_loop(seconds: float) -> None:
+    """What a handler computing on the event loop does: nothing else runs meanwhile."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+
+
+def test_lease_survives_an_event_loop_held_past_its_ttl(etcd: str) -> None:
+    """The keepalive runs in its own thread: a loop held for 2.5 TTLs (5 s, lease TTL 2 s)
+    does not cost the lease or the keys attached to it."""
+
+    async def body() -> None:
+        async with await hetcd.Etcd.connect(etcd) as c:
+            lease = await c.grant_lease(2)
+            await c.put("/test/held", "v", lease=lease)
+            _hold_the_loop(5.0)
+            assert await c.get("/test/held") is not None
+            assert await c.lease_granted_ttl(lease.id) == 2
+            await asyncio.sleep(0)  # let a loss reported meanwhile be delivered
+            assert not lease.lost.is_set()
+            await lease.revoke()
+
+    run(body())
+
+
+def test_lease_given_up_when_the_loop_is_wedged(etcd: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop that has not run for LOOP_STALL_LIMIT_S is taken for wedged: the thread stops
+    refreshing, etcd expires the lease and deletes its keys."""
+    monkeypatch.setattr(hetcd, "LOOP_STALL_LIMIT_S", 1.0)
+
+    async def body() -> None:
+        async with await hetcd.Etcd.connect(etcd) as c:
+            lease = await c.grant_lease(2)
+            await c.put("/test/wedged", "v", lease=lease)
+            _hold_the_loop(6.0)
+            await _wait(lambda: _absent(c, "/test/wedged"), 15)
+            await lease.stop()
 
     run(body())
 

@@ -31,8 +31,8 @@ a slow reader: ``yield`` waits until the message is written; the bytes a stream 
 come from the broker's :class:`~services.broker.fetch_memory.FetchMemory` (bounded per
 connection and per broker), so stalled or very many streams wait instead of growing the heap.
 
-Defaults for unset fields: ``max_wait_ms`` 0 -> 500, ``min_bytes`` 0 -> 1. An isolation level
-outside the enum is ``INVALID_REQUEST``.
+Defaults for unset fields: ``max_wait_ms`` 0 -> 500 (a larger value than 30 000 is clamped to
+30 000), ``min_bytes`` 0 -> 1. An isolation level outside the enum is ``INVALID_REQUEST``.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ from services.broker.replica_manager import ReplicaManager
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_WAIT_MS = 500
+#: A larger ``max_wait_ms`` is clamped to this (a long poll never outlives it).
+MAX_WAIT_CAP_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,8 @@ async def _chunks(
 ) -> AsyncIterator[Chunk]:
     loop = asyncio.get_running_loop()
     position = req.offset
-    max_wait = (req.max_wait_ms if req.max_wait_ms > 0 else DEFAULT_MAX_WAIT_MS) / 1000.0
+    wait_ms = req.max_wait_ms if req.max_wait_ms > 0 else DEFAULT_MAX_WAIT_MS
+    max_wait = min(wait_ms, MAX_WAIT_CAP_MS) / 1000.0
     min_bytes = max(req.min_bytes, 1)
     max_bytes = req.max_bytes
     p: Partition | None = None

@@ -10,6 +10,7 @@ first record at or after ``t`` below the high watermark, with that record's time
 from __future__ import annotations
 
 from headwater.errors import InvalidRequestError, message_of
+from headwater.rpc.limits import paced
 from headwater.v1 import broker_pb2
 from services.broker.codes import error_code
 from services.broker.handlers.fetch import read_committed
@@ -51,5 +52,5 @@ async def handle(
     rm: ReplicaManager, req: broker_pb2.ListOffsetsRequest
 ) -> broker_pb2.ListOffsetsResponse:
     return broker_pb2.ListOffsetsResponse(
-        partitions=[await _one(rm, q, req.isolation_level) for q in req.partitions]
+        partitions=[await _one(rm, q, req.isolation_level) async for q in paced(req.partitions)]
     )

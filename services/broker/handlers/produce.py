@@ -43,8 +43,16 @@ log = logging.getLogger(__name__)
 
 #: Largest sum of record bytes in one Produce request (gRPC's own limit is 64 MiB).
 MAX_REQUEST_BYTES = 60 * 1024 * 1024
+#: Default and largest ``timeout_ms`` (the wait for acks=all): larger values are clamped.
+DEFAULT_TIMEOUT_MS = 30_000
+MAX_TIMEOUT_MS = 300_000
 #: Validate larger buffers in a worker thread (CRC at ~20 GB/s: ~12 µs per 256 KiB).
 _INLINE_VALIDATE_BYTES = 256 * 1024
+
+
+def timeout_ms_of(requested: int) -> int:
+    """The acks=all wait for a request's ``timeout_ms``: 0 or less -> 30 s, at most 5 min."""
+    return min(requested, MAX_TIMEOUT_MS) if requested > 0 else DEFAULT_TIMEOUT_MS
 
 
 def check_acks(acks: int) -> bool:
@@ -99,7 +107,7 @@ async def handle(
         raise MessageTooLargeError(
             f"produce request carries {total} record bytes, limit {MAX_REQUEST_BYTES}"
         )
-    timeout_ms = req.timeout_ms if req.timeout_ms > 0 else 30_000
+    timeout_ms = timeout_ms_of(req.timeout_ms)
     results = await asyncio.gather(
         *(
             append_to_partition(

@@ -21,7 +21,7 @@ from headwater.batch import Compression, encode_batch, now_ms
 from headwater.errors import InvalidRequestError, UnknownTopicOrPartitionError, message_of
 from headwater.v1 import broker_pb2
 from services.broker.codes import error_code
-from services.broker.handlers.produce import append_to_partition, check_acks
+from services.broker.handlers.produce import append_to_partition, check_acks, timeout_ms_of
 from services.broker.replica_manager import ReplicaManager
 
 #: Encode in a worker thread above this many records.
@@ -65,7 +65,7 @@ async def handle(
     if not req.records:
         raise InvalidRequestError("ProduceRecords carries no records")
     codec = Compression.parse(req.compression or None)
-    timeout_ms = req.timeout_ms if req.timeout_ms > 0 else 30_000
+    timeout_ms = timeout_ms_of(req.timeout_ms)
     groups: dict[int, list[broker_pb2.Record]] = {}
     try:
         if req.partition == -1:

@@ -17,12 +17,17 @@ Wire layout (broker.proto)::
     PartitionRecords: 1 topic LEN | 2 partition varint | 3 records LEN
 
 Unknown fields are skipped, as protobuf does; a malformed message raises :class:`ValueError`
-(gRPC answers a failing deserialiser with INTERNAL).
+(the request-limit interceptor, :mod:`headwater.rpc.limits`, answers it INVALID_REQUEST). More
+than ``max_partitions`` partition entries stop the parse at once with
+:class:`~headwater.errors.InvalidRequestError` (the parse is Python: a request of a million
+tiny entries would otherwise hold a thread for seconds before the shape check refuses it).
 """
 
 from __future__ import annotations
 
+from headwater.errors import InvalidRequestError
 from headwater.protowire import int32, skip, varint
+from headwater.rpc.limits import DEFAULT_LIMITS
 
 
 class PartitionRecordsView:
@@ -74,7 +79,9 @@ def _partition(view: memoryview, pos: int, end: int) -> PartitionRecordsView:
     return out
 
 
-def decode_produce_request(data: bytes) -> ProduceRequestView:
+def decode_produce_request(
+    data: bytes, max_partitions: int = DEFAULT_LIMITS.bulk.max_entries
+) -> ProduceRequestView:
     """Parse ProduceRequest wire bytes; every ``records`` is a view into ``data``."""
     out = ProduceRequestView()
     view = memoryview(data)
@@ -95,6 +102,11 @@ def decode_produce_request(data: bytes) -> ProduceRequestView:
                 if stop > end:
                     raise ValueError("truncated field")
                 if field == 3:
+                    if len(out.partitions) >= max_partitions:
+                        raise InvalidRequestError(
+                            f"Broker.Produce: ProduceRequest.partitions has more than "
+                            f"{max_partitions} entries; the limit is {max_partitions}"
+                        )
                     out.partitions.append(_partition(view, pos, stop))
                 elif field == 4:
                     out.client_id = str(view[pos:stop], "utf-8")

@@ -16,7 +16,8 @@ For each request on the stream, one response:
 4. long poll: when no partition has anything past the follower's offset, wait up to
    ``max_wait_ms`` for an append or state change on any of them;
 5. read whole batches from ``fetch_offset`` up to the leader's LEO (not the HW: a follower
-   needs everything), at most ``max_bytes`` per partition, and answer with the HW.
+   needs everything), at most ``max_bytes`` per partition (clamped to 16 MiB; at least the
+   first batch), and answer with the HW. ``max_wait_ms`` is clamped to 30 s.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_WAIT_MS = 500
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 MAX_WAIT_CAP_MS = 30_000
+#: A larger per-partition ``max_bytes`` is clamped to this (followers ask for 8 MiB; the first
+#: batch is always sent whole, whatever its size).
+MAX_BYTES_CAP = 16 * 1024 * 1024
 
 
 def leader_for(rm: ReplicaManager, topic: str, partition: int, current_epoch: int) -> Partition:
@@ -76,7 +80,7 @@ async def answer(
         return broker_pb2.ReplicaFetchResponse(error_code=code)  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
     max_wait = min(req.max_wait_ms if req.max_wait_ms > 0 else DEFAULT_MAX_WAIT_MS, MAX_WAIT_CAP_MS)
-    max_bytes = req.max_bytes if req.max_bytes > 0 else DEFAULT_MAX_BYTES
+    max_bytes = min(req.max_bytes, MAX_BYTES_CAP) if req.max_bytes > 0 else DEFAULT_MAX_BYTES
     deadline = loop.time() + max_wait / 1000.0
     errors: dict[int, BaseException] = {}
     led: dict[int, Partition] = {}

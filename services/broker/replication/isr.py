@@ -25,6 +25,7 @@ proposal on a definitive refusal (the next LeaderAndIsr or pass decides again).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -48,6 +49,9 @@ RETRIABLE = {
     ErrorCode.NETWORK_EXCEPTION,
 }
 RPC_TIMEOUT_S = 5.0
+#: Most proposals in one AlterPartition (the controller's per-field request limit is 10 000;
+#: the rest follow in the next request).
+MAX_ITEMS_PER_REQUEST = 5_000
 MAX_BACKOFF_S = 1.0
 
 
@@ -147,12 +151,13 @@ class IsrManager:
                 self._wake.set()
 
     async def _send_once(self) -> bool:
-        """One AlterPartition with every queued proposal; False to retry after a backoff."""
+        """One AlterPartition with the queued proposals (at most :data:`MAX_ITEMS_PER_REQUEST`;
+        the loop sends the rest next); False to retry after a backoff."""
         address = self._peers.controller_address()
         epoch = self._broker_epoch()
         if address is None or epoch is None:
             return False
-        sent = dict(self._queue)
+        sent = dict(itertools.islice(self._queue.items(), MAX_ITEMS_PER_REQUEST))
         req = controller_pb2.AlterPartitionRequest(
             broker_id=self.broker_id,
             broker_epoch=epoch,
