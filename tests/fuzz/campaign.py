@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,21 @@ _BENIGN = "ExecuteBatchError raised in core"
 LOG_ALARMS = ("Traceback (most recent call last)", "unexpected error in handler")
 
 
-def start_cluster(data_dir: Path) -> LocalCluster:
-    """Start and seed the dedicated fuzz cluster (the caller stops it)."""
+def start_cluster(
+    data_dir: Path,
+    *,
+    brokers: int = 1,
+    launch_prefix: Callable[[str], Sequence[str]] | None = None,
+) -> LocalCluster:
+    """Start and seed the dedicated fuzz cluster (the caller stops it); ``launch_prefix``
+    e.g. :meth:`tests.fuzz.memcap.MemoryCap.prefix` (every service under a memory cap)."""
     cluster = LocalCluster(
-        data_dir, brokers=1, controllers=1, coordinators=1, etcd_unsafe_no_fsync=True
+        data_dir,
+        brokers=brokers,
+        controllers=1,
+        coordinators=1,
+        etcd_unsafe_no_fsync=True,
+        launch_prefix=launch_prefix,
     ).start()
     try:
         with grpc.insecure_channel(cluster.controller_addresses[0]) as ch:

@@ -152,10 +152,15 @@ def _requests_then_hold(items: list[Any], done: threading.Event) -> Iterator[Any
     done.wait(CALL_DEADLINE)  # keep the request side open while responses are read
 
 
+def _serialize(message: Any) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
 def call(channel: grpc.Channel, rpc: Rpc, request: Any) -> Outcome:
-    """Send ``request`` (a list of requests for client-streaming RPCs) and judge the answer."""
+    """Send ``request`` (a list of requests for client-streaming RPCs) and judge the answer.
+    A request is a message, or bytes sent as they are (hostile wire input)."""
     out_cls = message_factory.GetMessageClass(rpc.method.output_type)
-    ser, de = (lambda m: m.SerializeToString()), out_cls.FromString
+    ser, de = _serialize, out_cls.FromString
     m = rpc.method
     timeout = LONG_POLL_DEADLINE if rpc.name in LONG_POLL else CALL_DEADLINE
     try:
