@@ -11,8 +11,9 @@ Next to the hypothesis campaign (:mod:`tests.fuzz.campaign`), every RPC of
 * ``inflated`` — for *each* repeated field, at any depth (``OffsetFetchRequest.partitions[]
   .partitions``), a request whose field holds ``Scale.entries`` distinct entries (10^6 in
   CI, 10^7 for ``make fuzz-long``), packed where the field is packable, at most
-  ``Scale.budget`` bytes (a few MB to tens of MB); written on the wire directly, the way a
-  hostile client would, not through the protobuf API;
+  ``Scale.budget`` bytes (a few MB to tens of MB); every string in it is a given name (the
+  fuzz cluster's topic, so handlers get past "unknown topic"); written on the wire
+  directly, the way a hostile client would, not through the protobuf API;
 * ``absent`` — a well-formed request in which every field is set and every name, id and
   number names something that does not exist (``hw-absent-<field>``, 7);
 * ``empty`` — the request with every field at its default;
@@ -171,6 +172,18 @@ ABSENT_FILL = Fill(
 )
 
 
+def named(name: str) -> Fill:
+    """:data:`ABSENT_FILL` with every string ``name`` (inflated requests: a topic that
+    exists, so handlers get past the name check into the per-entry work)."""
+    return Fill(
+        text=lambda f: name,
+        data=ABSENT_FILL.data,
+        number=ABSENT_FILL.number,
+        enum=ABSENT_FILL.enum,
+        real=ABSENT_FILL.real,
+    )
+
+
 def _fills(scale: Scale) -> dict[str, Fill]:
     huge_text, huge_data = "x" * scale.huge_text, b"\xff" * scale.huge_text
     return {
@@ -253,7 +266,7 @@ def filled(desc: Descriptor, fill: Fill, *, lean: bool = False, depth: int = 0) 
             if not lean:
                 getattr(msg, field.name).append(_value(field, fill))
         elif lean and field.type == _FD.TYPE_STRING:
-            setattr(msg, field.name, ABSENT)
+            setattr(msg, field.name, fill.text(field))
         elif lean and field.type == _FD.TYPE_BYTES:
             setattr(msg, field.name, b"x")
         else:
@@ -318,7 +331,9 @@ def _series(head: bytes, items: list[bytes], tail: bytes) -> bytes:
     return head + (tail + head).join(items) + tail
 
 
-def _leaf(field: FieldDescriptor, scale: Scale, budget: int) -> tuple[int, Callable[[], bytes]]:
+def _leaf(
+    field: FieldDescriptor, scale: Scale, budget: int, fill: Fill
+) -> tuple[int, Callable[[], bytes]]:
     """How many distinct entries repeated ``field`` gets within ``scale`` and ``budget``
     bytes, and how to write them on the wire."""
     key = _key(field.number, 2)
@@ -337,14 +352,14 @@ def _leaf(field: FieldDescriptor, scale: Scale, budget: int) -> tuple[int, Calla
         key = _key(field.number, 0 if field.type in _VARINT | _ZIGZAG else 2)
         count = min(scale.entries, budget // (len(key) + 10))
         return count, lambda: b"".join(key + _scalar_bytes(field, i) for i in range(count))
-    head, tail, numbered = _element(field)
+    head, tail, numbered = _element(field, fill)
     count = min(scale.entries, budget // (len(head) + len(tail) + 8))
     if not numbered:
         return count, lambda: (head + tail) * count
     return count, lambda: _series(head, (_digits if numbered == "text" else _numbers)(count), tail)
 
 
-def _element(field: FieldDescriptor) -> tuple[bytes, bytes, str]:
+def _element(field: FieldDescriptor, fill: Fill) -> tuple[bytes, bytes, str]:
     """Entry ``i`` of repeated message (or map) ``field`` on the wire is ``head + n_i +
     tail``: a lean ``absent`` element carrying ``n_i`` (a 4-byte varint; "number") in its
     first integer field, or a map entry with key ``k<8 digits>`` ("text") or ``n_i``;
@@ -354,13 +369,13 @@ def _element(field: FieldDescriptor) -> tuple[bytes, bytes, str]:
     if _is_map(field):
         map_key = elem_desc.fields_by_name["key"]
         value = elem_desc.fields_by_name["value"]
-        tail = b"" if value.type == _FD.TYPE_MESSAGE else _field_bytes(value, ABSENT_FILL)
+        tail = b"" if value.type == _FD.TYPE_MESSAGE else _field_bytes(value, fill)
         if map_key.type == _FD.TYPE_STRING:
             inner = _key(map_key.number, 2) + varint(9) + b"k"
             return outer + varint(len(inner) + 8 + len(tail)) + inner, tail, "text"
         inner = _key(map_key.number, 0)
         return outer + varint(len(inner) + 4 + len(tail)) + inner, tail, "number"
-    base = bytes(filled(elem_desc, ABSENT_FILL, lean=True).SerializeToString())
+    base = bytes(filled(elem_desc, fill, lean=True).SerializeToString())
     distinct = _distinct_int_field(elem_desc)
     if distinct is None:
         return outer + varint(len(base)) + base, b"", ""
@@ -380,25 +395,25 @@ def _field_bytes(field: FieldDescriptor, fill: Fill) -> bytes:
 
 
 def _plan(
-    desc: Descriptor, path: tuple[FieldDescriptor, ...], scale: Scale, budget: int
+    desc: Descriptor, path: tuple[FieldDescriptor, ...], scale: Scale, budget: int, fill: Fill
 ) -> tuple[int, Callable[[], bytes]]:
     head, *rest = path
-    base = _serialized(desc)
+    base = _serialized(desc, fill)
     if not rest:
-        count, leaf = _leaf(head, scale, budget - len(base))
+        count, leaf = _leaf(head, scale, budget - len(base), fill)
         return count, lambda: base + leaf()
-    count, inner = _plan(head.message_type, tuple(rest), scale, budget - len(base) - 16)
+    count, inner = _plan(head.message_type, tuple(rest), scale, budget - len(base) - 16, fill)
     return count, lambda: base + _len_field(head.number, inner())
 
 
 def inflated(
-    desc: Descriptor, path: tuple[FieldDescriptor, ...], scale: Scale
+    desc: Descriptor, path: tuple[FieldDescriptor, ...], scale: Scale, name: str = ABSENT
 ) -> tuple[int, Callable[[], bytes]]:
-    """The entry count and the builder of a request of type ``desc``: the ``absent``
-    request plus, along ``path``, one more element whose last field holds the inflated
-    entries (protobuf concatenation merges messages and appends to repeated fields, so the
-    request is well-formed)."""
-    return _plan(desc, path, scale, scale.budget)
+    """The entry count and the builder of a request of type ``desc``: the request with
+    every field set (strings ``name``) plus, along ``path``, one more element whose last
+    field holds the inflated entries (protobuf concatenation merges messages and appends
+    to repeated fields, so the request is well-formed)."""
+    return _plan(desc, path, scale, scale.budget, named(name))
 
 
 # ---- garbage
@@ -426,8 +441,9 @@ def _has_enum(desc: Descriptor, depth: int = 0) -> bool:
     return False
 
 
-def cases(rpc: Rpc, scale: Scale = CI) -> list[Case]:
-    """Every hostile case for ``rpc`` (cheap to list; payloads are built when asked)."""
+def cases(rpc: Rpc, scale: Scale = CI, name: str = ABSENT) -> list[Case]:
+    """Every hostile case for ``rpc`` (cheap to list; payloads are built when asked);
+    ``name``: the string of every field of the inflated requests (a topic that exists)."""
     desc = rpc.method.input_type
     out = [Case(rpc, "garbage", label, build) for label, build in _garbage(rpc, scale)]
     valid = _serialized(desc)
@@ -439,7 +455,7 @@ def cases(rpc: Rpc, scale: Scale = CI) -> list[Case]:
                 )
             )
     for path in repeated_paths(desc):
-        count, build = inflated(desc, path, scale)
+        count, build = inflated(desc, path, scale, name)
         packed = " packed" if path[-1].is_packed else ""
         out.append(Case(rpc, "inflated", f"{path_name(path)} x{count}{packed}", build))
     out.append(Case(rpc, "empty", "every field at its default", lambda: b""))

@@ -105,7 +105,13 @@ def _fetch(cluster: LocalCluster, partition: int, until: int) -> dict[int, bytes
             time.sleep(0.2)
             continue
         req = broker_pb2.FetchRequest(
-            topic=TOPIC, partition=partition, offset=offset, max_wait_ms=100, max_bytes=1 << 20
+            topic=TOPIC,
+            partition=partition,
+            offset=offset,
+            max_wait_ms=100,
+            max_bytes=1 << 20,
+            replica_id=-1,
+            current_leader_epoch=-1,  # a consumer that does not check epochs
         )
         with grpc.insecure_channel(address) as ch:
             try:

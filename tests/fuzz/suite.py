@@ -17,6 +17,7 @@ in any log.
 
 from __future__ import annotations
 
+import collections
 import functools
 import time
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from tests.fuzz.memcap import MemoryCap
 
 #: How long a process may take to answer health SERVING after an RPC's cases.
 SERVING_WAIT = 15.0
+#: A rise of a process's memory peak during one case that is logged (to name the case).
+GROWTH_NOTED = 200 << 20
 
 
 @dataclass
@@ -46,6 +49,8 @@ class HostileRun:
     calls: int = 0
     log: Callable[[str], None] = print
     _channels: dict[str, grpc.Channel] = field(default_factory=dict)
+    #: The last cases sent to each process (named in the report of its death).
+    _recent: dict[str, collections.deque[str]] = field(default_factory=dict)
 
     # ---- processes
 
@@ -61,11 +66,17 @@ class HostileRun:
             self._channels[address] = rpcs.open_channel(address)
         return self._channels[address]
 
-    def _sample(self) -> None:
+    def _sample(self, during: str = "") -> None:
+        """Update every process's peak; a rise of over :data:`GROWTH_NOTED` is logged."""
         for p in self.procs():
             pid = p.pid if p.alive() else None
             peak = self.cap.peak_bytes(p.name, pid)
-            self.peaks[p.name] = max(self.peaks.get(p.name, 0), peak)
+            before = self.peaks.get(p.name, 0)
+            if during and before and peak - before > GROWTH_NOTED:
+                self.log(
+                    f"{p.name} peak +{(peak - before) >> 20} MiB to {peak >> 20} MiB: {during}"
+                )
+            self.peaks[p.name] = max(before, peak)
 
     def _check_deaths(self, after: str) -> list[str]:
         """Report and restart every process that exited."""
@@ -75,9 +86,11 @@ class HostileRun:
                 continue
             code = p.child.proc.returncode if p.child and p.child.proc else None
             tail = p.child.log_tail(3).replace("\n", " | ") if p.child else ""
+            recent = " ; ".join(self._recent.get(p.name, ()))
             msg = (
                 f"{p.name} exited (code {code}, OOM kills {self.cap.oom_kills(p.name)}, "
-                f"peak {self.peaks.get(p.name, 0) >> 20} MiB) after {after}; log: {tail[-400:]}"
+                f"peak {self.peaks.get(p.name, 0) >> 20} MiB) after {after}; the last cases "
+                f"it was sent: {recent}; log: {tail[-300:]}"
             )
             found.append(msg)
             self.deaths.append(msg)
@@ -107,12 +120,16 @@ class HostileRun:
     def run_rpc(self, rpc: rpcs.Rpc) -> list[str]:
         """Send ``rpc`` every hostile case; the bad answers, deaths and unhealthy processes."""
         bad: list[str] = []
-        for i, case in enumerate(cases.cases(rpc, self.scale)):
+        for i, case in enumerate(cases.cases(rpc, self.scale, campaign.TOPIC)):
             targets = self.addresses(rpc.kinds)
             if not targets:
                 bad.append(f"{rpc.name}: no live process serves it")
                 break
             address = targets[i % len(targets)]
+            target = next(p.name for p in self.procs() if p.address == address)
+            self._recent.setdefault(target, collections.deque(maxlen=4)).append(
+                f"{rpc.name} [{case.kind}: {case.label}]"
+            )
             started = time.monotonic()
             send = functools.partial(rpcs.call, self._channel(address), rpc, case.request())
             try:
@@ -122,8 +139,8 @@ class HostileRun:
             del send  # an inflated request is tens of MB
             self.calls += 1
             took = time.monotonic() - started
-            self._sample()
-            where = f"{rpc.name} [{case.kind}: {case.label}] @ {address}"
+            where = f"{rpc.name} [{case.kind}: {case.label}] @ {target}"
+            self._sample(where)
             if outcome.kind == "bad":
                 detail = outcome.detail if len(outcome.detail) < 500 else outcome.detail[:500] + "…"
                 bad.append(f"{where}: {detail} ({took:.1f}s)")
