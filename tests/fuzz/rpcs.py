@@ -21,12 +21,14 @@ data or other group members; their liveness is covered by the health checks.
 
 from __future__ import annotations
 
+import importlib
 import queue
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -122,6 +124,19 @@ def all_rpcs() -> list[Rpc]:
         for m in desc.methods
     ]
     return sorted(rpcs, key=lambda r: r.destructive)
+
+
+def descriptor_rpc_names() -> set[str]:
+    """``"Service.Method"`` of every service in every generated module of headwater/v1
+    (independent of :data:`SERVICES`: what the tests compare the fuzzed list with)."""
+    v1 = Path(__file__).resolve().parents[2] / "headwater" / "v1"
+    mods = [importlib.import_module(f"headwater.v1.{p.stem}") for p in v1.glob("*_pb2.py")]
+    return {
+        f"{svc.name}.{m.name}"
+        for mod in mods
+        for svc in mod.DESCRIPTOR.services_by_name.values()
+        for m in svc.methods
+    }
 
 
 @dataclass
