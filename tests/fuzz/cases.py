@@ -29,11 +29,11 @@ by :meth:`Case.payload` so inflated ones exist only while they are sent.
 
 from __future__ import annotations
 
+import functools
 import random
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from google.protobuf import message_factory
@@ -311,14 +311,14 @@ def _distinct_int_field(desc: Descriptor) -> FieldDescriptor | None:
     return None
 
 
-@cache
+@functools.cache
 def _numbers(count: int) -> list[bytes]:
     """``count`` distinct numbers as 4-byte varints (2^21 + i: every one is canonical and of
     the same width, so inflated fields are written with ``bytes.join``)."""
     return [varint(2**21 + i) for i in range(count)]
 
 
-@cache
+@functools.cache
 def _digits(count: int) -> list[bytes]:
     """``count`` distinct 8-digit ASCII numbers (for strings)."""
     return [b"%08d" % i for i in range(count)]
@@ -421,14 +421,18 @@ def inflated(
 
 def _garbage(rpc: Rpc, scale: Scale) -> Iterator[tuple[str, Callable[[], bytes]]]:
     for n in scale.random_lengths:
-        rng = random.Random(f"{rpc.name}/{n}")
-        yield f"{n} random bytes", (lambda rng=rng, n=n: rng.randbytes(n))
+        seed = f"{rpc.name}/{n}"
+        yield f"{n} random bytes", functools.partial(_random_bytes, seed, n)
     yield "length prefix of 4 GiB", lambda: _key(1, 2) + varint(2**32) + b"x" * 16
     yield "overlong varint", lambda: _key(1, 0) + b"\xff" * 11 + b"\x01"
     nested = b""
     for _ in range(200):
         nested = _len_field(1, nested)
     yield "200 nested length-delimited fields", lambda: nested
+
+
+def _random_bytes(seed: str, n: int) -> bytes:
+    return random.Random(seed).randbytes(n)
 
 
 def _has_enum(desc: Descriptor, depth: int = 0) -> bool:
@@ -449,11 +453,8 @@ def cases(rpc: Rpc, scale: Scale = CI, name: str = ABSENT) -> list[Case]:
     valid = _serialized(desc)
     for cut in sorted({1, len(valid) // 3, len(valid) // 2, len(valid) - 1}):
         if 0 < cut < len(valid):
-            out.append(
-                Case(
-                    rpc, "truncated", f"first {cut} of {len(valid)} bytes", lambda c=cut: valid[:c]
-                )
-            )
+            label = f"first {cut} of {len(valid)} bytes"
+            out.append(Case(rpc, "truncated", label, functools.partial(bytes, valid[:cut])))
     for path in repeated_paths(desc):
         count, build = inflated(desc, path, scale, name)
         packed = " packed" if path[-1].is_packed else ""
@@ -462,5 +463,5 @@ def cases(rpc: Rpc, scale: Scale = CI, name: str = ABSENT) -> list[Case]:
     for kind, fill in _fills(scale).items():
         if kind == "unknown-enum" and not _has_enum(desc):
             continue
-        out.append(Case(rpc, kind, f"{kind} values", lambda f=fill: _serialized(desc, f)))
+        out.append(Case(rpc, kind, f"{kind} values", functools.partial(_serialized, desc, fill)))
     return out
