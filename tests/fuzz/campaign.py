@@ -26,10 +26,9 @@ import grpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from headwater.batch import encode_batch
 from headwater.dev.cluster import LocalCluster
-from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
-from tests.fuzz import protogen, rpcs
+from headwater.v1 import controller_pb2, controller_pb2_grpc
+from tests.fuzz import guard, protogen, rpcs
 
 TOPIC = "fuzz-a"
 NAMES = (
@@ -67,26 +66,7 @@ def start_cluster(
                 timeout=30,
             )
         assert resp.topics[0].error_code == 0, resp
-        with grpc.insecure_channel(cluster.bootstrap) as ch:
-            stub = broker_pb2_grpc.BrokerStub(ch)
-            deadline = time.monotonic() + 30
-            while True:
-                r = stub.Produce(
-                    broker_pb2.ProduceRequest(
-                        acks=broker_pb2.ACKS_ALL,
-                        timeout_ms=5000,
-                        partitions=[
-                            broker_pb2.PartitionRecords(
-                                topic=TOPIC, partition=0, records=encode_batch([b"a", b"b"])
-                            )
-                        ],
-                    ),
-                    timeout=30,
-                )
-                if r.partitions[0].error_code == 0:
-                    break
-                assert time.monotonic() < deadline, r  # leadership not yet known to the broker
-                time.sleep(0.1)
+        guard.produce_acked(cluster, 0, [b"a", b"b"], topic=TOPIC)
     except BaseException:
         cluster.stop()
         raise

@@ -42,32 +42,35 @@ class Guard:
     acked: dict[int, dict[int, bytes]] = field(default_factory=dict)
 
 
-def _leader(cluster: LocalCluster, partition: int) -> str | None:
+def leader_address(cluster: LocalCluster, topic: str, partition: int) -> str | None:
+    """The address of ``topic``/``partition``'s leader as a live broker reports it."""
     for proc in cluster.brokers.values():
         if not (proc.alive() and proc.port):
             continue
         with grpc.insecure_channel(proc.address) as ch:
             try:
                 resp = broker_pb2_grpc.BrokerStub(ch).Metadata(
-                    metadata_pb2.MetadataRequest(topics=[TOPIC]), timeout=10
+                    metadata_pb2.MetadataRequest(topics=[topic]), timeout=10
                 )
             except grpc.RpcError:
                 continue
         addrs = {b.broker_id: f"{b.host}:{b.port}" for b in resp.brokers}
         for t in resp.topics:
-            for p in t.partitions if t.name == TOPIC else ():
+            for p in t.partitions if t.name == topic else ():
                 if p.partition == partition and p.leader in addrs:
                     return addrs[p.leader]
     return None
 
 
-def _produce(cluster: LocalCluster, partition: int, values: list[bytes]) -> int:
-    """Produce ``values`` with acks=all, retrying retriable answers for up to a minute;
-    the acknowledged base offset (AssertionError with the last answer otherwise)."""
+def produce_acked(
+    cluster: LocalCluster, partition: int, values: list[bytes], topic: str = TOPIC
+) -> int:
+    """Produce ``values`` to its leader with acks=all, retrying failed answers for up to a
+    minute; the acknowledged base offset (AssertionError with the last answer otherwise)."""
     deadline = time.monotonic() + _TIMEOUT
     last = "no leader known"
     while time.monotonic() < deadline:
-        address = _leader(cluster, partition)
+        address = leader_address(cluster, topic, partition)
         if address is not None:
             with grpc.insecure_channel(address) as ch:
                 try:
@@ -77,7 +80,7 @@ def _produce(cluster: LocalCluster, partition: int, values: list[bytes]) -> int:
                             timeout_ms=10_000,
                             partitions=[
                                 broker_pb2.PartitionRecords(
-                                    topic=TOPIC, partition=partition, records=encode_batch(values)
+                                    topic=topic, partition=partition, records=encode_batch(values)
                                 )
                             ],
                         ),
@@ -90,7 +93,7 @@ def _produce(cluster: LocalCluster, partition: int, values: list[bytes]) -> int:
                 except grpc.RpcError as err:
                     last = f"{err.code().name} {err.details()}"
         time.sleep(0.2)
-    raise AssertionError(f"produce to {TOPIC}/{partition} failed for {_TIMEOUT:.0f}s: {last}")
+    raise AssertionError(f"produce to {topic}/{partition} failed for {_TIMEOUT:.0f}s: {last}")
 
 
 def _fetch(cluster: LocalCluster, partition: int, until: int) -> dict[int, bytes]:
@@ -100,7 +103,7 @@ def _fetch(cluster: LocalCluster, partition: int, until: int) -> dict[int, bytes
     offset = 0
     last = ""
     while offset < until and time.monotonic() < deadline:
-        address = _leader(cluster, partition)
+        address = leader_address(cluster, TOPIC, partition)
         if address is None:
             time.sleep(0.2)
             continue
@@ -154,7 +157,7 @@ def seed(cluster: LocalCluster) -> Guard:
         guard.acked[p] = {}
         for b in range(BATCHES):
             values = [f"guard-{p}-{b}-{i}".encode() for i in range(PER_BATCH)]
-            base = _produce(cluster, p, values)
+            base = produce_acked(cluster, p, values)
             guard.acked[p].update({base + i: v for i, v in enumerate(values)})
     return guard
 
@@ -183,7 +186,7 @@ def round_trip(cluster: LocalCluster) -> list[str]:
     for p in range(PARTITIONS):
         values = [f"fresh-{p}-{i}".encode() for i in range(PER_BATCH)]
         try:
-            base = _produce(cluster, p, values)
+            base = produce_acked(cluster, p, values)
             got = _fetch(cluster, p, base + len(values))
         except AssertionError as exc:
             problems.append(str(exc))
