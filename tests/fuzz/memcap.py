@@ -53,7 +53,8 @@ def _cgroup2_parent() -> Path | None:
 
 @dataclass
 class MemoryCap:
-    """A per-process memory cap of ``cap_bytes`` (``mode``: "cgroup2", "cgroup1" or "prlimit")."""
+    """A per-process memory cap of ``cap_bytes``; ``mode`` ("cgroup2", "cgroup1" or
+    "prlimit") is the mechanism found, or "prlimit" when given (to try that path)."""
 
     cap_bytes: int = 3 * GiB // 2
     mode: str = ""
@@ -61,6 +62,8 @@ class MemoryCap:
     _groups: dict[str, Path] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.mode == "prlimit":  # asked for: no cgroup even where one could be made
+            return
         parent = _cgroup2_parent()
         if parent is not None:
             self.base = _writable_group_dir(parent)
