@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from google.protobuf import message_factory
 
-from tests.fuzz import cases, rpcs, suite
+from tests.fuzz import campaign, cases, guard, rpcs, suite
 
 ALL = rpcs.all_rpcs()
 
@@ -60,6 +60,14 @@ def test_an_inflated_packed_field_holds_distinct_entries() -> None:
     inflated = req.partitions[-1].partitions  # the absent element's [7] and 10^6 more
     assert len(inflated) == len(set(inflated)) == 1_000_001
     assert req.group_id.startswith(cases.ABSENT)
+
+
+def test_no_generator_can_name_the_guard_topic() -> None:
+    """The guard topic is out of reach: not in the campaign's names, longer than any text
+    protogen draws (30 characters) or any ``x`` run it draws, not a name the cases use."""
+    assert guard.TOPIC not in campaign.NAMES
+    assert len(guard.TOPIC) > 30 and set(guard.TOPIC) != {"x"}
+    assert not guard.TOPIC.startswith(cases.ABSENT) and guard.TOPIC != campaign.TOPIC
 
 
 @pytest.fixture(scope="module")
