@@ -56,6 +56,8 @@ def start_cluster(
         coordinators=1,
         etcd_unsafe_no_fsync=True,
         launch_prefix=launch_prefix,
+        tls=False,  # a default cluster, as a new user gets it (the fuzzers' clients are plain)
+        authorizer=False,
     ).start()
     try:
         with grpc.insecure_channel(cluster.controller_addresses[0]) as ch:
