@@ -95,7 +95,9 @@ class HostileRun:
             found.append(msg)
             self.deaths.append(msg)
             self.log(msg)
-            self._channels.pop(p.address, None)
+            channel = self._channels.pop(p.address, None)
+            if channel is not None:
+                channel.close()
             restart = {
                 "broker": self.cluster.restart_broker,
                 "controller": self.cluster.restart_controller,
