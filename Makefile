@@ -8,8 +8,9 @@
 #   make lint    ruff check, ruff format --check, mypy
 #   make proto   regenerate headwater/v1/ from proto/
 #   make fuzz    a longer fuzzing campaign of the batch decoder (not part of CI)
-#   make fuzz-long  a longer fuzzing campaign of every RPC handler on a dedicated local cluster
-#                (FUZZ_SECONDS, default 1800; not part of CI)
+#   make fuzz-long  the hostile-input suite at a larger scale, then a fuzzing campaign of every
+#                RPC handler, on a dedicated memory-capped local cluster (FUZZ_SECONDS,
+#                default 1800; not part of CI)
 #   make k8s-tools   build kube-apiserver, kubectl, helm from Go modules into ~/.cache/headwater-k8s
 #                (once: ~15 min on 2 cores; then a no-op; `make test` does it when needed)
 #   make bench-peers Headwater side by side with Apache Kafka, NATS JetStream and Redis Streams

@@ -42,7 +42,7 @@ import concurrent.futures
 import json
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -228,6 +228,9 @@ class LocalCluster:
     Controllers have ids 1..``controllers``, brokers 1..``brokers``, group coordinators
     1..``coordinators`` (default none). ``racks``: one rack name per broker (optional).
     ``coordinator_args``: extra flags for every coordinator (e.g. offsets-topic partitions).
+    ``launch_prefix``: maps a process name (``broker-1``) to an argv prefix for that service's
+    command line, e.g. a memory cap (tests/fuzz/memcap.py); the prefix must ``exec`` the
+    service so the PID stays the service's.
     """
 
     def __init__(
@@ -250,6 +253,7 @@ class LocalCluster:
         security_args: Sequence[str] = (),
         authorizer: bool | None = None,
         super_users: Sequence[str] = (),
+        launch_prefix: Callable[[str], Sequence[str]] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.logs_dir = self.data_dir / "logs"
@@ -290,6 +294,7 @@ class LocalCluster:
         self._broker_args = list(broker_args)
         self._n_coordinators = coordinators
         self._coordinator_args = list(coordinator_args)
+        self._launch_prefix = launch_prefix
         self.coordinators: dict[int, ServiceProcess] = {}
         self.controllers: dict[int, ServiceProcess] = {}
         self.brokers: dict[int, ServiceProcess] = {}
@@ -327,7 +332,10 @@ class LocalCluster:
         ]  # fmt: skip
 
     def _secured(self, proc: ServiceProcess) -> ServiceProcess:
+        """``proc`` with the cluster's security flags (and its launch prefix, if any)."""
         proc.argv += self._service_security_args(proc.name)
+        if self._launch_prefix is not None:
+            proc.argv[:0] = list(self._launch_prefix(proc.name))
         proc.security = self.client_security()
         return proc
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,9 @@ import grpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from headwater.batch import encode_batch
 from headwater.dev.cluster import LocalCluster
-from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
-from tests.fuzz import protogen, rpcs
+from headwater.v1 import controller_pb2, controller_pb2_grpc
+from tests.fuzz import guard, protogen, rpcs
 
 TOPIC = "fuzz-a"
 NAMES = (
@@ -41,10 +41,23 @@ _BENIGN = "ExecuteBatchError raised in core"
 LOG_ALARMS = ("Traceback (most recent call last)", "unexpected error in handler")
 
 
-def start_cluster(data_dir: Path) -> LocalCluster:
-    """Start and seed the dedicated fuzz cluster (the caller stops it)."""
+def start_cluster(
+    data_dir: Path,
+    *,
+    brokers: int = 1,
+    launch_prefix: Callable[[str], Sequence[str]] | None = None,
+) -> LocalCluster:
+    """Start and seed the dedicated fuzz cluster (the caller stops it); ``launch_prefix``
+    e.g. :meth:`tests.fuzz.memcap.MemoryCap.prefix` (every service under a memory cap)."""
     cluster = LocalCluster(
-        data_dir, brokers=1, controllers=1, coordinators=1, etcd_unsafe_no_fsync=True
+        data_dir,
+        brokers=brokers,
+        controllers=1,
+        coordinators=1,
+        etcd_unsafe_no_fsync=True,
+        launch_prefix=launch_prefix,
+        tls=False,  # a default cluster, as a new user gets it (the fuzzers' clients are plain)
+        authorizer=False,
     ).start()
     try:
         with grpc.insecure_channel(cluster.controller_addresses[0]) as ch:
@@ -55,26 +68,7 @@ def start_cluster(data_dir: Path) -> LocalCluster:
                 timeout=30,
             )
         assert resp.topics[0].error_code == 0, resp
-        with grpc.insecure_channel(cluster.bootstrap) as ch:
-            stub = broker_pb2_grpc.BrokerStub(ch)
-            deadline = time.monotonic() + 30
-            while True:
-                r = stub.Produce(
-                    broker_pb2.ProduceRequest(
-                        acks=broker_pb2.ACKS_ALL,
-                        timeout_ms=5000,
-                        partitions=[
-                            broker_pb2.PartitionRecords(
-                                topic=TOPIC, partition=0, records=encode_batch([b"a", b"b"])
-                            )
-                        ],
-                    ),
-                    timeout=30,
-                )
-                if r.partitions[0].error_code == 0:
-                    break
-                assert time.monotonic() < deadline, r  # leadership not yet known to the broker
-                time.sleep(0.1)
+        guard.produce_acked(cluster, 0, [b"a", b"b"], topic=TOPIC)
     except BaseException:
         cluster.stop()
         raise

@@ -21,12 +21,14 @@ data or other group members; their liveness is covered by the health checks.
 
 from __future__ import annotations
 
+import importlib
 import queue
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -124,6 +126,19 @@ def all_rpcs() -> list[Rpc]:
     return sorted(rpcs, key=lambda r: r.destructive)
 
 
+def descriptor_rpc_names() -> set[str]:
+    """``"Service.Method"`` of every service in every generated module of headwater/v1
+    (independent of :data:`SERVICES`: what the tests compare the fuzzed list with)."""
+    v1 = Path(__file__).resolve().parents[2] / "headwater" / "v1"
+    mods = [importlib.import_module(f"headwater.v1.{p.stem}") for p in v1.glob("*_pb2.py")]
+    return {
+        f"{svc.name}.{m.name}"
+        for mod in mods
+        for svc in mod.DESCRIPTOR.services_by_name.values()
+        for m in svc.methods
+    }
+
+
 @dataclass
 class Outcome:
     """How one call ended: ``kind`` is "ok", "typed", "status" or "bad"."""
@@ -152,10 +167,15 @@ def _requests_then_hold(items: list[Any], done: threading.Event) -> Iterator[Any
     done.wait(CALL_DEADLINE)  # keep the request side open while responses are read
 
 
+def _serialize(message: Any) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
 def call(channel: grpc.Channel, rpc: Rpc, request: Any) -> Outcome:
-    """Send ``request`` (a list of requests for client-streaming RPCs) and judge the answer."""
+    """Send ``request`` (a list of requests for client-streaming RPCs) and judge the answer.
+    A request is a message, or bytes sent as they are (hostile wire input)."""
     out_cls = message_factory.GetMessageClass(rpc.method.output_type)
-    ser, de = (lambda m: m.SerializeToString()), out_cls.FromString
+    ser, de = _serialize, out_cls.FromString
     m = rpc.method
     timeout = LONG_POLL_DEADLINE if rpc.name in LONG_POLL else CALL_DEADLINE
     try:
