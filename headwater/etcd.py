@@ -444,6 +444,11 @@ class Etcd:
     async def _revoke(self, lease_id: int) -> None:
         await self._call(self._client.revoke_lease, lease_id)
 
+    async def revoke_lease(self, lease_id: int) -> None:
+        """Revoke another holder's lease by id (its keys are deleted at once, as on expiry;
+        the holder's keepalive then reports the lease lost)."""
+        await self._revoke(lease_id)
+
     # ---- watches
 
     async def watch_prefix(self, prefix: str, *, start_revision: int | None = None) -> Watch:

@@ -435,6 +435,26 @@ class StopReplicaResponse(_message.Message):
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionError]
     def __init__(self, error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionError, _Mapping]]] = ...) -> None: ...
 
+class ControllerLivenessRequest(_message.Message):
+    __slots__ = ("controller_id", "controller_epoch", "broker_epoch")
+    CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
+
+class ControllerLivenessResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "broker_epoch")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error_code: _errors_pb2.ErrorCode
+    error_message: str
+    broker_epoch: int
+    def __init__(self, error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
+
 class TxnMarkerPartition(_message.Message):
     __slots__ = ("topic", "partition")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

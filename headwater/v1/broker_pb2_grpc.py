@@ -91,6 +91,11 @@ class BrokerStub:
                 request_serializer=headwater_dot_v1_dot_broker__pb2.StopReplicaRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_broker__pb2.StopReplicaResponse.FromString,
                 _registered_method=True)
+        self.ControllerLiveness = channel.unary_stream(
+                '/headwater.v1.Broker/ControllerLiveness',
+                request_serializer=headwater_dot_v1_dot_broker__pb2.ControllerLivenessRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_broker__pb2.ControllerLivenessResponse.FromString,
+                _registered_method=True)
         self.InitProducerId = channel.unary_unary(
                 '/headwater.v1.Broker/InitProducerId',
                 request_serializer=headwater_dot_v1_dot_transaction__pb2.InitProducerIdRequest.SerializeToString,
@@ -188,6 +193,16 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ControllerLiveness(self, request, context):
+        """The controller's liveness stream to this broker registration: answered at once with one
+        response (error_code set when fenced: stale controller or broker epoch), then held open for
+        as long as the broker process runs. The controller reads the stream breaking plus a refused
+        reconnect as the broker's death (docs/architecture.md, "Failure detection").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def InitProducerId(self, request, context):
         """Idempotence and transactions (docs/transactions.md).
         A producer id and epoch for an idempotent (non-transactional) producer; a request with a
@@ -262,6 +277,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.StopReplica,
                     request_deserializer=headwater_dot_v1_dot_broker__pb2.StopReplicaRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_broker__pb2.StopReplicaResponse.SerializeToString,
+            ),
+            'ControllerLiveness': grpc.unary_stream_rpc_method_handler(
+                    servicer.ControllerLiveness,
+                    request_deserializer=headwater_dot_v1_dot_broker__pb2.ControllerLivenessRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_broker__pb2.ControllerLivenessResponse.SerializeToString,
             ),
             'InitProducerId': grpc.unary_unary_rpc_method_handler(
                     servicer.InitProducerId,
@@ -571,6 +591,33 @@ class Broker:
             '/headwater.v1.Broker/StopReplica',
             headwater_dot_v1_dot_broker__pb2.StopReplicaRequest.SerializeToString,
             headwater_dot_v1_dot_broker__pb2.StopReplicaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ControllerLiveness(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/headwater.v1.Broker/ControllerLiveness',
+            headwater_dot_v1_dot_broker__pb2.ControllerLivenessRequest.SerializeToString,
+            headwater_dot_v1_dot_broker__pb2.ControllerLivenessResponse.FromString,
             options,
             channel_credentials,
             insecure,

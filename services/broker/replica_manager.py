@@ -168,7 +168,10 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ fencing
 
-    async def _check_fence(self, controller_epoch: int, broker_epoch: int) -> None:
+    async def check_fence(self, controller_epoch: int, broker_epoch: int) -> None:
+        """Raise unless a control request for ``broker_epoch`` from ``controller_epoch`` may
+        act here: BROKER_NOT_AVAILABLE (still registering), STALE_BROKER_EPOCH,
+        STALE_CONTROLLER_EPOCH; adopts a newer controller epoch once etcd confirms it."""
         if self.broker_epoch is None or broker_epoch > self.broker_epoch:
             # The controller saw our registration in etcd before our own put returned (or
             # before a re-registration finished): not stale, just early. Retriable.
@@ -215,7 +218,7 @@ class ReplicaManager:
     ) -> broker_pb2.UpdateMetadataResponse:
         async with self._control_lock:
             try:
-                await self._check_fence(req.controller_epoch, req.broker_epoch)
+                await self.check_fence(req.controller_epoch, req.broker_epoch)
             except HeadwaterError as exc:
                 log.warning("UpdateMetadata refused: %s", exc)
                 return broker_pb2.UpdateMetadataResponse(error_code=error_code(exc))
@@ -289,7 +292,7 @@ class ReplicaManager:
     ) -> broker_pb2.LeaderAndIsrResponse:
         async with self._control_lock:
             try:
-                await self._check_fence(req.controller_epoch, req.broker_epoch)
+                await self.check_fence(req.controller_epoch, req.broker_epoch)
             except HeadwaterError as exc:
                 log.warning("LeaderAndIsr refused: %s", exc)
                 return broker_pb2.LeaderAndIsrResponse(error_code=error_code(exc))
@@ -377,7 +380,7 @@ class ReplicaManager:
     ) -> broker_pb2.StopReplicaResponse:
         async with self._control_lock:
             try:
-                await self._check_fence(req.controller_epoch, req.broker_epoch)
+                await self.check_fence(req.controller_epoch, req.broker_epoch)
             except HeadwaterError as exc:
                 log.warning("StopReplica refused: %s", exc)
                 return broker_pb2.StopReplicaResponse(error_code=error_code(exc))

@@ -126,6 +126,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     ) -> broker_pb2.StopReplicaResponse:
         return await control.stop_replica(self._rm, request)
 
+    async def ControllerLiveness(
+        self, request: broker_pb2.ControllerLivenessRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[broker_pb2.ControllerLivenessResponse]:
+        async for response in control.controller_liveness(self._rm, request):
+            yield response
+
     async def InitProducerId(
         self, request: transaction_pb2.InitProducerIdRequest, context: grpc.aio.ServicerContext
     ) -> transaction_pb2.InitProducerIdResponse:

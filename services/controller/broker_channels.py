@@ -10,6 +10,16 @@ Coalescing: UpdateMetadata is a full snapshot, so a queued, not yet sent UpdateM
 replaced by a newer one. With ``credentials`` (the controller's TLS identity) links are TLS.
 Responses carrying STALE_CONTROLLER_EPOCH (this controller was
 deposed) or STALE_BROKER_EPOCH (the broker re-registered; a new link follows) drop the request.
+
+Crash detection (:class:`Liveness`, set while this controller is active): each link also holds
+a ControllerLiveness stream open to its broker. When that stream breaks or ends, the link
+probes the broker's address with a plain TCP connect: **refused** means no process listens
+there any more (the broker died: its kernel reset the connections and closed the port), and
+``on_death`` reports the registration; a connect that succeeds or times out (a slow, stopped or
+partitioned broker, or a stream cut between two live ends) is not a death, and the stream is
+opened again with capped backoff. Hangs are thus left to the etcd lease, and a reset is never
+inferred from slowness. The stream's first response is fenced like a control request: stale
+controller or broker epoch ends the watch (a new link, or a new controller, follows).
 """
 
 from __future__ import annotations
@@ -18,11 +28,13 @@ import asyncio
 import collections
 import contextlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from headwater import errors
+from headwater import errors, timeouts
 from headwater.rpc.auth.client import channel_interceptors
 from headwater.rpc.server import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc
@@ -32,6 +44,8 @@ log = logging.getLogger(__name__)
 
 RPC_TIMEOUT_S = 15.0
 MAX_BACKOFF_S = 2.0
+#: How long the probe of a broker whose liveness stream broke waits for its TCP connect.
+PROBE_TIMEOUT_S = 1.0
 
 ControlRequest = (
     broker_pb2.LeaderAndIsrRequest
@@ -40,10 +54,41 @@ ControlRequest = (
 )
 
 
-class BrokerLink:
-    """The channel, queue and sender task for one broker registration (id + epoch)."""
+@dataclass(frozen=True)
+class Liveness:
+    """Who watches (the active controller's id and epoch) and whom to tell of a death."""
 
-    def __init__(self, broker: Broker, credentials: grpc.ChannelCredentials | None = None) -> None:
+    controller_id: int
+    controller_epoch: int
+    #: called on the loop with the registration whose process was found dead
+    on_death: Callable[[Broker], None]
+
+
+async def connection_refused(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connect to ``host:port`` is refused (nothing listens there). A connect
+    that succeeds, times out or fails otherwise (unreachable network) is not a refusal."""
+    try:
+        _, writer = await timeouts.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return False
+
+
+class BrokerLink:
+    """The channel, queue and sender task for one broker registration (id + epoch), and its
+    liveness watch while a :class:`Liveness` is given."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        credentials: grpc.ChannelCredentials | None = None,
+        liveness: Liveness | None = None,
+    ) -> None:
         self.broker = broker
         target = f"{broker.host}:{broker.port}"
         bearer = channel_interceptors(target)  # the internal identity's token, if any
@@ -62,6 +107,13 @@ class BrokerLink:
             self._sender(), name=f"controller-link-{broker.broker_id}-{broker.epoch}"
         )
         self._task.add_done_callback(self._done)
+        self._watch: asyncio.Task[None] | None = None
+        if liveness is not None:
+            self._watch = asyncio.create_task(
+                self._watch_liveness(liveness),
+                name=f"controller-liveness-{broker.broker_id}-{broker.epoch}",
+            )
+            self._watch.add_done_callback(self._done)
         #: Requests delivered (acknowledged by the broker), for tests and metrics.
         self.delivered = 0
 
@@ -144,10 +196,53 @@ class BrokerLink:
             return await self._stub.UpdateMetadata(request, timeout=RPC_TIMEOUT_S)
         return await self._stub.StopReplica(request, timeout=RPC_TIMEOUT_S)
 
+    async def _watch_liveness(self, liveness: Liveness) -> None:
+        """Hold the ControllerLiveness stream; report the broker dead when the stream breaks
+        and its address refuses connections (module doc)."""
+        b = self.broker
+        request = broker_pb2.ControllerLivenessRequest(
+            controller_id=liveness.controller_id,
+            controller_epoch=liveness.controller_epoch,
+            broker_epoch=b.epoch,
+        )
+        backoff = 0.05
+        while True:
+            try:
+                async for response in self._stub.ControllerLiveness(request):
+                    exc = errors.error_for_code(response.error_code, response.error_message)
+                    if isinstance(
+                        exc, errors.StaleControllerEpochError | errors.StaleBrokerEpochError
+                    ):
+                        log.info("broker %d refused the liveness stream: %s", b.broker_id, exc)
+                        return
+                    if exc is not None:  # e.g. still registering: ask again
+                        break
+                    backoff = 0.05  # the stream is up
+            except grpc.RpcError as rpc_err:
+                if rpc_err.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older broker
+                    log.info("broker %d has no liveness stream; the lease alone", b.broker_id)
+                    return
+                log.debug("liveness stream to broker %d broke: %s", b.broker_id, rpc_err)
+            if await connection_refused(b.host, b.port):
+                log.warning(
+                    "broker %d (epoch %d): connection reset and %s:%d refuses connections; "
+                    "reporting it dead",
+                    b.broker_id,
+                    b.epoch,
+                    b.host,
+                    b.port,
+                )
+                liveness.on_death(b)
+                return
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
     async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        for task in (self._task, self._watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self._channel.close()
 
 
@@ -157,6 +252,8 @@ class BrokerChannels:
     def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
         self._links: dict[int, BrokerLink] = {}
         self.credentials = credentials
+        #: set by the controller while active: new links watch their broker's liveness
+        self.liveness: Liveness | None = None
 
     async def sync(self, brokers: dict[int, Broker]) -> None:
         """Open links to new registrations, close links of gone or re-registered brokers."""
@@ -167,7 +264,7 @@ class BrokerChannels:
                 await link.close()
         for bid, broker in brokers.items():
             if bid not in self._links:
-                self._links[bid] = BrokerLink(broker, self.credentials)
+                self._links[bid] = BrokerLink(broker, self.credentials, self.liveness)
 
     def send(self, broker_id: int, request: ControlRequest) -> None:
         link = self._links.get(broker_id)

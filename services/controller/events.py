@@ -6,6 +6,11 @@ task (:meth:`ControllerLoop.run`), one event at a time (Kafka's controller event
 * ``BecameActive(epoch)`` / ``Resigned`` — from the election;
 * ``BrokerPut`` / ``BrokerGone`` — from the watch on
   ``/headwater/brokers/ids/`` (a task started while active);
+* ``BrokerDied`` — a broker link's liveness watch found the process dead (its stream reset and
+  its port refuses connections, :mod:`services.controller.broker_channels`): its registration
+  is ended as its lease expiring would (``state.expire_broker``, fenced by this controller's
+  epoch and the broker epoch) and it is handled as gone at once, well before the lease TTL.
+  Hangs (a stopped process, a network partition) reset nothing and stay the lease's to detect;
 * ``CoordinatorsChanged`` — the live group coordinators (``coordinators.watch``, a task
   started while active), copied into every UpdateMetadata;
 * ``Command`` — an RPC handler's work (``services.controller.topics``) with a future the
@@ -50,7 +55,7 @@ from headwater.v1 import metadata_pb2
 from services.broker.dynamic_config import BrokerConfig
 from services.controller import coordinators, metrics, operations, reassignment
 from services.controller import state as st
-from services.controller.broker_channels import BrokerChannels
+from services.controller.broker_channels import BrokerChannels, Liveness
 from services.controller.leadership import elect
 from services.controller.requests import BrokerRequests
 
@@ -76,6 +81,11 @@ class BrokerPut:
 @dataclass(frozen=True)
 class BrokerGone:
     broker_id: int
+
+
+@dataclass(frozen=True)
+class BrokerDied:
+    broker: st.Broker
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,7 @@ Event = (
     | Resigned
     | BrokerPut
     | BrokerGone
+    | BrokerDied
     | CoordinatorsChanged
     | Resync
     | RebalanceCheck
@@ -233,6 +244,8 @@ class ControllerLoop(BrokerRequests):
             await self._broker_put(event.broker)
         elif isinstance(event, BrokerGone):
             await self._broker_gone(event.broker_id)
+        elif isinstance(event, BrokerDied):
+            await self._broker_died(event.broker)
         elif isinstance(event, CoordinatorsChanged):
             self.coordinators = event.coordinators
             self.send_update_metadata()
@@ -250,6 +263,9 @@ class ControllerLoop(BrokerRequests):
     async def _become_active(self, epoch: int) -> None:
         self.epoch = epoch
         self.shutting_down = set()
+        self.channels.liveness = Liveness(
+            self.controller_id, epoch, lambda b: self.post(BrokerDied(b))
+        )
         metrics.ACTIVE.set(1)
         metrics.EPOCH.set(epoch)
         await self._load_and_watch()
@@ -330,6 +346,7 @@ class ControllerLoop(BrokerRequests):
                 task.cancel()
         self._watcher = self._rebalancer = self._coord_watcher = self._config_watcher = None
         self.coordinators = ()
+        self.channels.liveness = None
         await self.channels.close()
 
     async def _watch_brokers(self, revision: int) -> None:
@@ -396,6 +413,20 @@ class ControllerLoop(BrokerRequests):
         changed = await self.write(self._reconcile(self.keys_on(broker_id)))
         self.send_leader_and_isr(changed)
         self.send_update_metadata()
+
+    async def _broker_died(self, broker: st.Broker) -> None:
+        """``broker``'s process is dead (module doc): end its registration, fail it over."""
+        assert self.state is not None and self.epoch is not None
+        if self.state.brokers.get(broker.broker_id) != broker:
+            return  # already gone, or re-registered since the report
+        if not await st.expire_broker(self.etcd, self.epoch, broker):
+            log.info(
+                "broker %d (epoch %d) changed before it was expired", broker.broker_id, broker.epoch
+            )
+            return  # the broker watch reports what happened instead
+        log.warning("broker %d (epoch %d) died (connection reset)", broker.broker_id, broker.epoch)
+        metrics.BROKER_RESETS.inc()
+        await self._broker_gone(broker.broker_id)
 
     # ---- partition leadership
 

@@ -21,6 +21,10 @@ import prometheus_client as prom
 ACTIVE = prom.Gauge("headwater_controller_active", "1 while this controller is the active one")
 EPOCH = prom.Gauge("headwater_controller_epoch", "Controller epoch while active (0 standby)")
 LIVE_BROKERS = prom.Gauge("headwater_controller_live_brokers", "Registered brokers (active)")
+BROKER_RESETS = prom.Counter(
+    "headwater_controller_broker_resets_total",
+    "Brokers declared dead from a reset connection (before their lease expired)",
+)
 EVENTS = prom.Counter("headwater_controller_events_total", "Events processed", ["kind"])
 
 PARTITIONS = prom.Gauge(

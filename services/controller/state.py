@@ -330,3 +330,25 @@ async def write_topic_and_state(
     )
     after = dataclasses.replace(after, mod_revision=rev)
     return after, dataclasses.replace(state, mod_revision=rev)
+
+
+async def expire_broker(etcd: hetcd.Etcd, epoch: int, broker: Broker) -> bool:
+    """End ``broker``'s registration as its lease expiring would: revoke the lease its key is
+    attached to, so the key goes and the broker watch reports it gone (a broker that is alive
+    after all sees its lease lost and registers again, with a new epoch).
+
+    Fenced: the lease is read in a transaction that holds only while this controller's epoch is
+    current and the key still has ``broker.epoch`` as its create revision (the incarnation
+    judged dead; a lease id belongs to one incarnation). Returns False, revoking nothing, when
+    that does not hold (deposed, or the broker already left or re-registered).
+    """
+    key = broker_key(broker.broker_id)
+    result = await etcd.txn(
+        [hetcd.cmp_value(EPOCH_KEY, "==", str(epoch)), hetcd.cmp_create(key, "==", broker.epoch)],
+        [hetcd.op_get(key)],
+    )
+    kvs = result.responses[0] if result.succeeded and result.responses else None
+    if not isinstance(kvs, list) or not kvs or not kvs[0].meta.lease_id:
+        return False
+    await etcd.revoke_lease(kvs[0].meta.lease_id)
+    return True

@@ -214,6 +214,7 @@ def _rules() -> dict[str, Rule]:
         b + "LeaderAndIsr": _CLUSTER_ACTION,
         b + "UpdateMetadata": _CLUSTER_ACTION,
         b + "StopReplica": _CLUSTER_ACTION,
+        b + "ControllerLiveness": _CLUSTER_ACTION,
         b + "InitProducerId": init_pid,
         b + "WriteTxnMarkers": _CLUSTER_ACTION,
         # --- controller
