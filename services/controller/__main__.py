@@ -45,6 +45,13 @@ def parse(argv: list[str] | None = None) -> Settings:
         help="rebalance a broker's partitions when more than this share of those it is the"
         " preferred leader of are led elsewhere (default 10)",
     )
+    ap.add_argument(
+        "--crash-detection",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="hold a liveness stream to each broker and fail a broker over at once when it"
+        " resets and its port refuses connections; off: only its etcd lease (default: on)",
+    )
     ap.add_argument("--log-level", default="INFO")
     add_security_flags(ap)
     add_limit_flags(ap)
@@ -66,6 +73,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         ready_file=a.ready_file,
         lease_ttl=a.lease_ttl,
         auto_leader_rebalance=a.auto_leader_rebalance,
+        crash_detection=a.crash_detection,
         imbalance_check_interval_s=a.leader_imbalance_check_interval_s,
         imbalance_percent=a.leader_imbalance_per_broker_percentage,
         security=security,

@@ -49,6 +49,8 @@ class Settings:
     ready_file: Path | None
     lease_ttl: int = 5
     auto_leader_rebalance: bool = True
+    #: the liveness stream per broker (services.controller.broker_channels); off: lease only
+    crash_detection: bool = True
     imbalance_check_interval_s: float = 300.0
     imbalance_percent: float = 10.0
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
@@ -81,6 +83,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         host=settings.host,
         port=settings.port,
         auto_leader_rebalance=settings.auto_leader_rebalance,
+        crash_detection=settings.crash_detection,
         imbalance_check_interval_s=settings.imbalance_check_interval_s,
         imbalance_percent=settings.imbalance_percent,
     )

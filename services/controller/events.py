@@ -140,6 +140,7 @@ class ControllerLoop(BrokerRequests):
         host: str,
         port: int,
         auto_leader_rebalance: bool = True,
+        crash_detection: bool = True,
         imbalance_check_interval_s: float = 300.0,
         imbalance_percent: float = 10.0,
     ) -> None:
@@ -153,6 +154,8 @@ class ControllerLoop(BrokerRequests):
         #: Live brokers in controlled shutdown (never elected; cleared on (re)registration).
         self.shutting_down: set[int] = set()
         self.auto_leader_rebalance = auto_leader_rebalance
+        #: watch each broker's liveness stream (BrokerDied); off: the lease alone
+        self.crash_detection = crash_detection
         self.imbalance_check_interval_s = imbalance_check_interval_s
         self.imbalance_percent = imbalance_percent
         self._queue: asyncio.Queue[Event] = asyncio.Queue()
@@ -263,9 +266,10 @@ class ControllerLoop(BrokerRequests):
     async def _become_active(self, epoch: int) -> None:
         self.epoch = epoch
         self.shutting_down = set()
-        self.channels.liveness = Liveness(
-            self.controller_id, epoch, lambda b: self.post(BrokerDied(b))
-        )
+        if self.crash_detection:
+            self.channels.liveness = Liveness(
+                self.controller_id, epoch, lambda b: self.post(BrokerDied(b))
+            )
         metrics.ACTIVE.set(1)
         metrics.EPOCH.set(epoch)
         await self._load_and_watch()
