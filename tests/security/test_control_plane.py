@@ -60,6 +60,7 @@ KNOWN_INTERNAL = {
     "/headwater.v1.Broker/UpdateMetadata",
     "/headwater.v1.Broker/ReplicaFetch",
     "/headwater.v1.Broker/WriteTxnMarkers",
+    "/headwater.v1.Broker/ControllerLiveness",
     "/headwater.v1.GroupCoordinator/WriteTxnOffsetMarker",
     "/headwater.v1.Controller/AlterPartition",
     "/headwater.v1.Controller/ControlledShutdown",
@@ -199,6 +200,12 @@ class Env:
         if name == "ControlledShutdown":  # move the leaderships away
             return controller_pb2.ControlledShutdownRequest(
                 broker_id=leader, broker_epoch=registration_epoch(self.endpoint, leader)
+            ), leader
+        if name == "ControllerLiveness":  # pose as the controller watching the leader
+            return broker_pb2.ControllerLivenessRequest(
+                controller_id=1,
+                controller_epoch=epoch,
+                broker_epoch=registration_epoch(self.endpoint, leader),
             ), leader
         if name == "WriteTxnOffsetMarker":
             return cpb.WriteTxnOffsetMarkerRequest(
