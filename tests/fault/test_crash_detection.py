@@ -52,7 +52,7 @@ def fc(tmp_path_factory: pytest.TempPathFactory, hub: ProxyHub) -> Iterator[Faul
         return ("127.0.0.1", proc.port) if proc is not None and proc.port else None
 
     proxy = hub.link("controller->3", target)
-    with FaultCluster(
+    c = FaultCluster(
         data,
         brokers=3,
         controllers=1,
@@ -62,8 +62,9 @@ def fc(tmp_path_factory: pytest.TempPathFactory, hub: ProxyHub) -> Iterator[Faul
         broker_extra={
             PROXIED: ["--advertised-host", "127.0.0.1", "--advertised-port", str(proxy.port)]
         },
-    ) as c:
-        holder["c"] = c
+    )
+    holder["c"] = c  # before start: the proxy resolves broker 3 through it
+    with c:
         yield c
 
 
