@@ -221,6 +221,9 @@ def main() -> None:
     )
     parser.add_argument("--partitions", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="keep the clusters' data and logs here"
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--no-crash-detection", action="store_true")
     mode.add_argument("--compare", action="store_true", help="lease only, then crash detection")
@@ -229,7 +232,8 @@ def main() -> None:
         [True, False] if args.compare else [args.no_crash_detection]  # True: lease only
     )
     result: dict[str, object] = {"machine": machine(), "runs": []}
-    with tempfile.TemporaryDirectory(prefix="hw-failover-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hw-failover-") as scratch:
+        tmp = args.data_dir or Path(scratch)
         for lease_only in modes:
             for partitions in args.partitions:
                 label = "lease only" if lease_only else "crash detection"

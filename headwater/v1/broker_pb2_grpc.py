@@ -197,7 +197,7 @@ class BrokerServicer:
         """The controller's liveness stream to this broker registration: answered at once with one
         response (error_code set when fenced: stale controller or broker epoch), then held open for
         as long as the broker process runs. The controller reads the stream breaking plus a refused
-        reconnect as the broker's death (docs/architecture.md, "Failure detection").
+        reconnect as the broker's death (docs/replication.md, "Failure detection").
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
