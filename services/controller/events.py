@@ -414,9 +414,18 @@ class ControllerLoop(BrokerRequests):
         log.info("broker %d gone", broker_id)
         metrics.LIVE_BROKERS.set(len(self.state.brokers))
         await self.channels.sync(self.state.brokers)
-        changed = await self.write(self._reconcile(self.keys_on(broker_id)))
-        self.send_leader_and_isr(changed)
+        mine = self.keys_on(broker_id)
+        led = {k for k in mine if (s := self.state.partitions.get(k)) and s.leader == broker_id}
+        changed = await self.write(self._reconcile(mine))
+        # What stops acknowledgements first, each broker's queue in this order: the new
+        # leaderships (leaders and their followers), the metadata clients find them in, the
+        # shrunk ISRs where the receiver leads (acks=all waits on the ISR), then the rest.
+        moved = [k for k in changed if k in led]
+        rest = [k for k in changed if k not in led]
+        self.send_leader_and_isr(moved)
         self.send_update_metadata()
+        self.send_leader_and_isr(rest, leading=True)
+        self.send_leader_and_isr(rest, leading=False)
 
     async def _broker_died(self, broker: st.Broker) -> None:
         """``broker``'s process is dead (module doc): end its registration, fail it over."""

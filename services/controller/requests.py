@@ -56,8 +56,10 @@ class BrokerRequests:
         *,
         only: int | None = None,
         exclude: int | None = None,
+        leading: bool | None = None,
     ) -> None:
-        """One batched LeaderAndIsr per live replica broker of ``keys``."""
+        """One batched LeaderAndIsr per live replica broker of ``keys``; with ``leading``
+        True (False) only the partitions that broker leads (follows) go to it."""
         assert self.state is not None and self.epoch is not None
         per_broker: dict[int, list[broker_pb2.PartitionAssignment]] = {}
         for key in keys:
@@ -70,7 +72,10 @@ class BrokerRequests:
                 state=self.partition_pb(key),
                 configs=topic.configs,
             )
+            leader = assignment.state.leader
             for bid in topic.assignment[key[1]]:
+                if leading is not None and (bid == leader) != leading:
+                    continue
                 if bid in self.state.brokers and bid != exclude and only in (None, bid):
                     per_broker.setdefault(bid, []).append(assignment)
         for bid, items in per_broker.items():
