@@ -67,3 +67,32 @@ def test_load_reads_layout_and_ignores_orphan_partitions(etcd: str) -> None:
             assert set(state.partitions) == {("a", 0)}
 
     run(body())
+
+
+def test_expire_broker_is_fenced_by_controller_and_broker_epoch(etcd: str) -> None:
+    """A dead broker's registration ends as on lease expiry; a deposed controller or a report
+    about an older incarnation revokes nothing."""
+
+    async def body() -> None:
+        async with await hetcd.Etcd.connect(etcd) as c:
+            await c.put(st.EPOCH_KEY, "3")
+            lost = asyncio.Event()
+            lease = await c.grant_lease(30, on_lost=lost.set, name="test-broker-lease")
+            key = st.broker_key(7)
+            raw = '{"broker_id": 7, "host": "127.0.0.1", "port": 1}'
+            res = await c.txn([hetcd.cmp_absent(key)], [hetcd.op_put(key, raw, lease)])
+            broker = st.Broker.decode(raw.encode(), res.revision)
+            # deposed (epoch 2), or an older incarnation (epoch - 1): nothing happens
+            assert not await st.expire_broker(c, 2, broker)
+            older = st.Broker.decode(raw.encode(), res.revision - 1)
+            assert not await st.expire_broker(c, 3, older)
+            assert await c.get(key) is not None and await c.lease_granted_ttl(lease.id) == 30
+            # the controller of the current epoch, about the current incarnation: revoked
+            assert await st.expire_broker(c, 3, broker)
+            assert await c.get(key) is None
+            assert await c.lease_granted_ttl(lease.id) == -1
+            # the holder's keepalive notices (bounded: one refresh interval of a 30 s lease)
+            await asyncio.wait_for(lost.wait(), 20)
+            assert not await st.expire_broker(c, 3, broker)  # already gone: a no-op
+
+    asyncio.run(asyncio.wait_for(body(), 60))
