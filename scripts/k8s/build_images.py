@@ -1,0 +1,526 @@
+"""Build Headwater's container images without a Docker engine (docs/kubernetes.md, "Images").
+
+Run through ``scripts/k8s/build-images.sh`` (it picks the interpreter). Needs root (mmdebstrap in
+root mode, overlay mounts, chroot) and Debian's ``mmdebstrap`` and ``umoci``.
+
+Images and their layers (each layer cached by a content key, so a rebuild redoes only what
+changed):
+
+* ``headwater`` (broker, controller, coordinator, CLI): Debian bookworm ``base`` (mmdebstrap:
+  python3.11, pip, ``python`` -> python3, uid/gid 10001 ``headwater``) -> ``deps`` (the
+  dependency wheels of pyproject.toml from PyPI) -> ``app`` (the Headwater wheel built from the
+  working tree). A Python-only change rebuilds only ``app``.
+* ``headwater-operator``: ``base`` -> ``deps`` -> ``operator-deps`` (the ``operator`` extra:
+  kopf) -> ``app``. It shares its first two layers with ``headwater``.
+* ``etcd``: Debian bookworm minbase with Debian's ``etcd-server`` (the chart runs
+  ``/usr/local/bin/etcd``, a link to Debian's ``/usr/bin/etcd``).
+
+Layers live in one OCI layout (``<cache>/oci``, tags ``<kind>-<key>``); the unpacked directory
+of every layer stays next to it (``<cache>/layers/<tag>``) to be the lower directory of an
+overlay mount when the next layer is installed (pip runs chrooted in that overlay, without
+network: every wheel is fetched on the host first). Each image is written as an OCI archive
+(``<cache>/out/<name>.oci.tar``) whose index names the image for containerd
+(``io.containerd.image.name``), so ``ctr -n k8s.io images import <archive>`` imports it under
+its reference. ``<cache>/out/images.json`` lists reference, digest and archive of each image.
+
+Contract: idempotent; a run with nothing changed rebuilds nothing and rewrites no archive. The
+layer keys cover the recipe (``RECIPE``), the Debian package lists, the dependency
+specifications in pyproject.toml and the bytes of the source tree; they do not cover what the
+Debian archive or PyPI serve later for the same specification: ``--refresh`` (or deleting the
+cache) rebuilds from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# bump to invalidate every cached layer (a change of how layers are made)
+RECIPE = "1"
+SUITE = "bookworm"
+MIRROR = os.environ.get("HEADWATER_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+PYTHON_PACKAGES = ["python3", "python3-pip", "python-is-python3"]
+ETCD_PACKAGES = ["etcd-server"]
+# the files the Headwater wheel is built from (the Dockerfiles copy the same)
+SOURCES = ["pyproject.toml", "README.md", "proto", "headwater", "services", "spark", "operator"]
+UID = 10001
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# the Dockerfile's environment (docs/operations.md, "Memory allocator")
+SERVICE_ENV = [
+    "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=536870912"
+    ":glibc.malloc.arena_max=2",
+    "PYTHONDONTWRITEBYTECODE=1",
+    "PYTHONUNBUFFERED=1",
+]
+CLEAN_HOOK = (
+    'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/cache/ldconfig/* '
+    '"$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/info/* "$1"/usr/share/locale/* '
+    '"$1"/var/log/*.log "$1"/var/log/apt/*'
+)
+USER_HOOK = (
+    f'chroot "$1" sh -c "groupadd --system --gid {UID} headwater && useradd --system '
+    f"--uid {UID} --gid {UID} --no-create-home --shell /usr/sbin/nologin headwater && "
+    f'mkdir -p /var/lib/headwater && chown {UID}:{UID} /var/lib/headwater"'
+)
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message says which and why."""
+
+
+def log(msg: str) -> None:
+    print(f"[build-images] {msg}", file=sys.stderr, flush=True)
+
+
+def digest_of(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def run(argv: Sequence[str | Path], **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run a command; on failure raise BuildError with its output's tail."""
+    proc = subprocess.run(
+        [str(a) for a in argv], text=True, capture_output=True, check=False, **kw
+    )  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-4000:]
+        raise BuildError(f"{' '.join(str(a) for a in argv)[:300]} exited {proc.returncode}:\n{tail}")
+    return proc
+
+
+def source_tree_hash(root: Path) -> str:
+    """sha256 over the paths, exec bits and bytes of SOURCES (caches and build output skipped)."""
+    h = hashlib.sha256()
+    for top in SOURCES:
+        paths = [root / top] if (root / top).is_file() else sorted((root / top).rglob("*"))
+        for p in paths:
+            rel = p.relative_to(root)
+            if any(part == "__pycache__" or part.endswith(".egg-info") for part in rel.parts):
+                continue
+            if p.is_symlink() or not p.is_file() or p.suffix == ".pyc":
+                continue
+            h.update(f"{rel}\0{p.stat().st_mode & 0o111}\0".encode())
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+@dataclass
+class Layout:
+    """The cache's OCI layout (umoci) and the unpacked layer directories beside it."""
+
+    cache: Path
+    oci: Path = field(init=False)
+    layers: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.oci = self.cache / "oci"
+        self.layers = self.cache / "layers"
+        self.layers.mkdir(parents=True, exist_ok=True)
+        if not (self.oci / "index.json").exists():
+            run(["umoci", "init", "--layout", self.oci])
+        if not self.has("scratch"):
+            run(["umoci", "new", "--image", f"{self.oci}:scratch"])
+
+    def manifests(self) -> list[dict[str, object]]:
+        """The descriptors of the layout's index (umoci writes ``null`` for none)."""
+        index = json.loads((self.oci / "index.json").read_text())
+        return index.get("manifests") or []
+
+    def has(self, tag: str) -> bool:
+        return any(ref_name(m) == tag for m in self.manifests())
+
+    def insert(self, parent: str, tag: str, tree: Path, what: str) -> None:
+        """A new image ``tag``: ``parent`` plus one layer holding ``tree`` at ``/``."""
+        run(
+            ["umoci", "insert", "--image", f"{self.oci}:{parent}", "--tag", tag,
+             "--history.created_by", f"headwater build-images: {what}", tree, "/"]
+        )  # fmt: skip
+
+    def manifest(self, tag: str) -> dict[str, object]:
+        for m in self.manifests():
+            if ref_name(m) == tag:
+                return m
+        raise BuildError(f"no tag {tag} in {self.oci}")
+
+    def blob(self, digest: str) -> Path:
+        algo, hexd = digest.split(":", 1)
+        return self.oci / "blobs" / algo / hexd
+
+
+def ref_name(descriptor: dict[str, object]) -> object:
+    annotations = descriptor.get("annotations") or {}
+    assert isinstance(annotations, dict)
+    return annotations.get("org.opencontainers.image.ref.name")
+
+
+def check_no_whiteouts(upper: Path) -> None:
+    """An overlay upper directory becomes a layer as is: it must not delete anything below."""
+    for dirpath, dirnames, filenames in os.walk(upper):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                raise BuildError(f"{dirpath}/{name}: the install removed a file of a lower layer")
+        try:
+            if os.getxattr(dirpath, "trusted.overlay.opaque") == b"y":
+                raise BuildError(f"{dirpath}: the install replaced a directory of a lower layer")
+        except OSError:
+            pass
+
+
+def chroot_in_overlay(lowers: Sequence[Path], upper: Path, mnt: Path, argv: Sequence[str]) -> None:
+    """Run ``argv`` chrooted in an overlay of ``lowers`` (top first) with writes going to
+    ``upper``, in private mount, PID and network namespaces (loopback only: no network).
+    ``mnt`` is mounted read-only at /mnt; /dev, /proc and a tmpfs /tmp are mounted and leave
+    nothing in ``upper``."""
+    work = upper.parent / (upper.name + ".work")
+    merged = upper.parent / (upper.name + ".merged")
+    for d in (upper, work, merged):
+        d.mkdir(parents=True, exist_ok=True)
+    lower = ":".join(str(p) for p in lowers)
+    script = (
+        "set -e\n"
+        f"mount -t overlay overlay -o lowerdir={lower},upperdir={upper},workdir={work} {merged}\n"
+        f"mount --rbind /dev {merged}/dev\n"
+        f"mount -t proc proc {merged}/proc\n"
+        f"mount -t tmpfs tmpfs {merged}/tmp\n"
+        f"mount --bind {mnt} {merged}/mnt && mount -o remount,bind,ro {merged}/mnt\n"
+        f'exec chroot {merged} "$@"\n'
+    )
+    try:
+        run(["unshare", "--mount", "--net", "--pid", "--fork", "sh", "-c", script, "sh", *argv])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if merged.exists():
+            merged.rmdir()
+    check_no_whiteouts(upper)
+
+
+class Builder:
+    def __init__(self, cache: Path, python: str, refresh: bool) -> None:
+        if refresh and cache.exists():
+            log(f"--refresh: removing {cache}")
+            shutil.rmtree(cache)
+        self.cache = cache
+        self.python = python
+        self.layout = Layout(cache)
+        self.out = cache / "out"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+        self.timings: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ layers
+
+    def layer_dir(self, tag: str) -> Path:
+        return self.layout.layers / tag
+
+    def debian_rootfs(self, kind: str, packages: list[str], hooks: list[str]) -> str:
+        """A one-layer image: Debian ``SUITE`` minbase with ``packages``, from mmdebstrap."""
+        tag = f"{kind}-{digest_of(RECIPE, SUITE, packages, hooks)[:16]}"
+        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
+            return tag
+        t0 = time.monotonic()
+        log(f"{tag}: mmdebstrap {SUITE} + {' '.join(packages)} (a minute or two)")
+        dest = self.layer_dir(tag)
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        rootfs = dest / "rootfs"
+        argv = [
+            "mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory",
+            "--aptopt=APT::Install-Recommends \"false\"", f"--include={','.join(packages)}",
+            *(f"--customize-hook={h}" for h in [*hooks, CLEAN_HOOK]),
+            SUITE, rootfs, MIRROR,
+        ]  # fmt: skip
+        run(argv, env={**os.environ, "SOURCE_DATE_EPOCH": "0"})
+        # the container runtime provides /dev; an image's /dev is empty
+        for entry in (rootfs / "dev").iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        self.layout.insert("scratch", tag, rootfs, f"mmdebstrap {SUITE} {' '.join(packages)}")
+        (dest / "ok").touch()
+        self.timings[tag] = time.monotonic() - t0
+        return tag
+
+    def lowers(self, tags: Sequence[str]) -> list[Path]:
+        """Overlay lower directories for a stack of layer tags (bottom first)."""
+        out = []
+        for t in reversed(tags):
+            d = self.layer_dir(t)
+            out.append(d / "rootfs" if (d / "rootfs").exists() else d / "upper")
+        return out
+
+    def pip_layer(self, kind: str, stack: list[str], requirements: list[str]) -> str:
+        """A layer with ``requirements`` and their dependencies installed from PyPI wheels
+        (fetched on the host with pip, installed chrooted with the image's pip)."""
+        tag = f"{kind}-{digest_of(RECIPE, stack, sorted(requirements))[:16]}"
+        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
+            return tag
+        t0 = time.monotonic()
+        dest = self.layer_dir(tag)
+        shutil.rmtree(dest, ignore_errors=True)
+        wheels = dest / "wheels"
+        wheels.mkdir(parents=True)
+        log(f"{tag}: pip wheel {len(requirements)} requirements from PyPI")
+        (wheels / "requirements.txt").write_text("\n".join(requirements) + "\n")
+        run([self.python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+             "--wheel-dir", wheels, "-r", wheels / "requirements.txt"])  # fmt: skip
+        log(f"{tag}: install {len(list(wheels.glob('*.whl')))} wheels")
+        self.install(stack, dest / "upper", wheels,
+                     ["-r", "/mnt/requirements.txt"])  # fmt: skip
+        self.layout.insert(stack[-1], tag, dest / "upper", f"pip install {' '.join(requirements)}")
+        shutil.rmtree(wheels)
+        (dest / "ok").touch()
+        self.timings[tag] = time.monotonic() - t0
+        return tag
+
+    def install(self, stack: list[str], upper: Path, wheels: Path, args: list[str]) -> None:
+        chroot_in_overlay(
+            self.lowers(stack), upper, wheels,
+            ["python3", "-m", "pip", "install", "--no-index", "--find-links", "/mnt",
+             "--break-system-packages", "--no-cache-dir", "--root-user-action=ignore",
+             "--disable-pip-version-check", "--no-warn-script-location", *args],
+        )  # fmt: skip
+
+    def app_layer(self, stack: list[str], src_hash: str) -> str:
+        """The Headwater wheel, built from the working tree, installed without dependencies."""
+        tag = f"app-{digest_of(RECIPE, stack, src_hash)[:16]}"
+        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
+            return tag
+        t0 = time.monotonic()
+        dest = self.layer_dir(tag)
+        shutil.rmtree(dest, ignore_errors=True)
+        wheels = dest / "wheels"
+        wheels.mkdir(parents=True)
+        with tempfile.TemporaryDirectory(prefix="hw-src-") as tmp:
+            src = Path(tmp) / "src"
+            src.mkdir()
+            for top in SOURCES:
+                if (REPO / top).is_dir():
+                    shutil.copytree(REPO / top, src / top, ignore=shutil.ignore_patterns(
+                        "__pycache__", "*.pyc", "*.egg-info"))  # fmt: skip
+                else:
+                    shutil.copy2(REPO / top, src / top)
+            log(f"{tag}: build the Headwater wheel")
+            run([self.python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                 "--no-deps", "--no-build-isolation", "--wheel-dir", wheels, src])  # fmt: skip
+        (whl,) = wheels.glob("headwater-*.whl")
+        self.install(stack, dest / "upper", wheels, ["--no-deps", f"/mnt/{whl.name}"])
+        self.layout.insert(stack[-1], tag, dest / "upper", f"pip install {whl.name}")
+        shutil.rmtree(wheels)
+        (dest / "ok").touch()
+        self.timings[tag] = time.monotonic() - t0
+        return tag
+
+    def configure(self, parent: str, tag: str, image: ImageSpec) -> None:
+        if self.layout.has(tag):
+            return
+        argv = ["umoci", "config", "--image", f"{self.layout.oci}:{parent}", "--tag", tag,
+                "--no-history", "--config.user", f"{UID}:{UID}"]  # fmt: skip
+        for e in [PATH_ENV, *image.env]:
+            argv += ["--config.env", e]
+        for a in image.entrypoint:
+            argv += ["--config.entrypoint", a]
+        for a in image.cmd:
+            argv += ["--config.cmd", a]
+        for p in image.ports:
+            argv += ["--config.exposedports", f"{p}/tcp"]
+        for v in image.volumes:
+            argv += ["--config.volume", v]
+        if image.workdir:
+            argv += ["--config.workingdir", image.workdir]
+        for k, v in image.labels.items():
+            argv += ["--config.label", f"{k}={v}"]
+        run(argv)
+
+    # ------------------------------------------------------------------ images
+
+    def requirements(self, extra: str | None = None) -> list[str]:
+        if extra is None:
+            return list(self.project["dependencies"])
+        return list(self.project["optional-dependencies"][extra])
+
+    def build(self, name: str, ref: str | None) -> dict[str, str]:
+        spec = IMAGES[name]
+        if name == "etcd":
+            base = self.debian_rootfs("etcd-base", ETCD_PACKAGES, [
+                'mkdir -p "$1"/usr/local/bin && ln -sf /usr/bin/etcd "$1"/usr/local/bin/etcd',
+                f'mkdir -p "$1"/var/lib/etcd && chown {UID}:{UID} "$1"/var/lib/etcd',
+            ])  # fmt: skip
+            stack = [base]
+            version = etcd_version(self.layer_dir(base) / "rootfs")
+        else:
+            base = self.debian_rootfs("base", PYTHON_PACKAGES, [USER_HOOK])
+            stack = [base, self.pip_layer("deps", [base], self.requirements())]
+            if name == "headwater-operator":
+                stack.append(self.pip_layer("operator-deps", stack, self.requirements("operator")))
+            stack.append(self.app_layer(stack, source_tree_hash(REPO)))
+            version = str(self.project["version"])
+        final = f"image-{name}-{digest_of(RECIPE, stack, spec.key())[:16]}"
+        self.configure(stack[-1], final, spec)
+        manifest = self.layout.manifest(final)
+        digest = str(manifest["digest"])
+        if ref is None:
+            ref = f"localhost/headwater/{name}:{version}-{digest.split(':')[1][:12]}"
+        archive = self.out / f"{name}.oci.tar"
+        export(self.layout, final, ref, archive)
+        return {"name": name, "ref": ref, "digest": digest, "archive": str(archive)}
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """An image's runtime configuration (what the Dockerfiles say)."""
+
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+    volumes: tuple[str, ...] = ()
+    workdir: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def key(self) -> str:
+        return digest_of(self.entrypoint, self.cmd, self.env, self.ports, self.volumes,
+                         self.workdir, self.labels)  # fmt: skip
+
+
+SOURCE_LABEL = {"org.opencontainers.image.source": "https://github.com/headwater/headwater"}
+IMAGES: dict[str, ImageSpec] = {
+    # Dockerfile: CMD, no ENTRYPOINT (the chart's command picks the service)
+    "headwater": ImageSpec(
+        cmd=("python", "-m", "services.broker", "--help"),
+        env=tuple(SERVICE_ENV), ports=(9092, 9093, 9094, 9100),
+        volumes=("/var/lib/headwater",), workdir="/var/lib/headwater",
+    ),  # fmt: skip
+    # images/operator.Dockerfile
+    "headwater-operator": ImageSpec(
+        entrypoint=("python", "-m", "headwater_operator"), cmd=("--help",),
+        env=("PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"),
+    ),  # fmt: skip
+    "etcd": ImageSpec(
+        entrypoint=("/usr/local/bin/etcd",), ports=(2379, 2380),
+        volumes=("/var/lib/etcd",), workdir="/var/lib/etcd",
+    ),  # fmt: skip
+}
+
+
+def etcd_version(rootfs: Path) -> str:
+    """The upstream version of the etcd-server package in ``rootfs`` (e.g. 3.4.23)."""
+    status = (rootfs / "var/lib/dpkg/status").read_text()
+    for para in status.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in para.splitlines() if ": " in line and line[0] != " "
+        )
+        if fields.get("Package") == "etcd-server":
+            return fields["Version"].split(":")[-1].split("-")[0].split("+")[0]
+    raise BuildError("etcd-server is not installed in the etcd rootfs")
+
+
+def blobs_of(layout: Layout, manifest_digest: str) -> Iterator[str]:
+    yield manifest_digest
+    manifest = json.loads(layout.blob(manifest_digest).read_text())
+    yield manifest["config"]["digest"]
+    for layer in manifest["layers"]:
+        yield layer["digest"]
+
+
+def export(layout: Layout, tag: str, ref: str, archive: Path) -> None:
+    """Write image ``tag`` of the cache layout as an OCI archive named ``ref``; a no-op when
+    ``archive`` already holds exactly that."""
+    desc = layout.manifest(tag)
+    entry = {
+        "mediaType": desc["mediaType"],
+        "digest": desc["digest"],
+        "size": desc["size"],
+        "annotations": {
+            "io.containerd.image.name": ref,
+            "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[1],
+        },
+    }
+    index = {"schemaVersion": 2, "manifests": [entry]}
+    index_bytes = json.dumps(index, indent=2).encode()
+    stamp = archive.with_suffix(".index.json")
+    if archive.exists() and stamp.exists() and stamp.read_bytes() == index_bytes:
+        return
+    tmp = archive.with_suffix(".tmp")
+    with tarfile.open(tmp, "w") as tar:
+
+        def add_bytes(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, fileobj=io.BytesIO(data))
+
+        add_bytes("oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+        add_bytes("index.json", index_bytes)
+        for d in dict.fromkeys(blobs_of(layout, str(desc["digest"]))):
+            algo, hexd = d.split(":", 1)
+            info = tar.gettarinfo(layout.blob(d), arcname=f"blobs/{algo}/{hexd}")
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            with layout.blob(d).open("rb") as f:
+                tar.addfile(info, fileobj=f)
+    os.replace(tmp, archive)
+    stamp.write_bytes(index_bytes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("images", nargs="*", help=f"images to build (default: all): {', '.join(IMAGES)}")
+    p.add_argument("--ref", help="the reference to name the image (one image only; skaffold's "
+                   "custom builder passes $IMAGE)")  # fmt: skip
+    p.add_argument("--cache", type=Path, default=Path(os.environ.get(
+        "HEADWATER_IMAGE_CACHE", Path.home() / ".cache/headwater-k8s/images")))  # fmt: skip
+    p.add_argument("--python", default=sys.executable,
+                   help="the host interpreter that fetches wheels and builds Headwater's wheel")
+    p.add_argument("--refresh", action="store_true", help="drop the cache and rebuild all")
+    args = p.parse_args(argv)
+    names = args.images or list(IMAGES)
+    if unknown := set(names) - set(IMAGES):
+        p.error(f"unknown image(s) {', '.join(sorted(unknown))}; known: {', '.join(IMAGES)}")
+    if args.ref and len(names) != 1:
+        p.error("--ref names one image")
+    if os.geteuid() != 0:
+        p.error("needs root (mmdebstrap --mode=root, overlay mounts, chroot)")
+    for tool in ("mmdebstrap", "umoci", "unshare"):
+        if shutil.which(tool) is None:
+            p.error(f"{tool} not found: apt-get install mmdebstrap umoci")
+    t0 = time.monotonic()
+    builder = Builder(args.cache.expanduser().resolve(), args.python, args.refresh)
+    results = []
+    try:
+        for name in names:
+            results.append(builder.build(name, args.ref))
+    except BuildError as e:
+        log(f"failed: {e}")
+        return 1
+    listing = builder.out / "images.json"
+    known = json.loads(listing.read_text()) if listing.exists() else {}
+    known.update({r["name"]: r for r in results})
+    listing.write_text(json.dumps(known, indent=2) + "\n")
+    for r in results:
+        size = Path(r["archive"]).stat().st_size
+        print(f"{r['name']} {r['ref']} {r['archive']} {size // 2**20}MiB")
+    for tag, secs in builder.timings.items():
+        log(f"built {tag} in {secs:.1f} s")
+    log(f"done in {time.monotonic() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
