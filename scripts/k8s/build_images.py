@@ -210,16 +210,17 @@ def chroot_in_overlay(lowers: Sequence[Path], upper: Path, mnt: Path, argv: Sequ
 
 
 class Builder:
-    def __init__(self, cache: Path, python: str, refresh: bool) -> None:
+    def __init__(self, cache: Path, python: str, refresh: bool, source: Path, out: Path) -> None:
         if refresh and cache.exists():
             log(f"--refresh: removing {cache}")
             shutil.rmtree(cache)
         self.cache = cache
         self.python = python
         self.layout = Layout(cache)
-        self.out = cache / "out"
+        self.source = source
+        self.out = out
         self.out.mkdir(parents=True, exist_ok=True)
-        self.project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+        self.project = tomllib.loads((source / "pyproject.toml").read_text())["project"]
         self.timings: dict[str, float] = {}
 
     # ------------------------------------------------------------------ layers
@@ -310,11 +311,11 @@ class Builder:
             src = Path(tmp) / "src"
             src.mkdir()
             for top in SOURCES:
-                if (REPO / top).is_dir():
-                    shutil.copytree(REPO / top, src / top, ignore=shutil.ignore_patterns(
+                if (self.source / top).is_dir():
+                    shutil.copytree(self.source / top, src / top, ignore=shutil.ignore_patterns(
                         "__pycache__", "*.pyc", "*.egg-info"))  # fmt: skip
                 else:
-                    shutil.copy2(REPO / top, src / top)
+                    shutil.copy2(self.source / top, src / top)
             log(f"{tag}: build the Headwater wheel")
             run([self.python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
                  "--no-deps", "--no-build-isolation", "--wheel-dir", wheels, src])  # fmt: skip
@@ -368,7 +369,7 @@ class Builder:
             stack = [base, self.pip_layer("deps", [base], self.requirements())]
             if name == "headwater-operator":
                 stack.append(self.pip_layer("operator-deps", stack, self.requirements("operator")))
-            stack.append(self.app_layer(stack, source_tree_hash(REPO)))
+            stack.append(self.app_layer(stack, source_tree_hash(self.source)))
             version = str(self.project["version"])
         final = f"image-{name}-{digest_of(RECIPE, stack, spec.key())[:16]}"
         self.configure(stack[-1], final, spec)
@@ -489,6 +490,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--python", default=sys.executable,
                    help="the host interpreter that fetches wheels and builds Headwater's wheel")
     p.add_argument("--refresh", action="store_true", help="drop the cache and rebuild all")
+    p.add_argument("--source", type=Path, default=REPO,
+                   help="the tree holding pyproject.toml and the packages (default: this one)")
+    p.add_argument("--out", type=Path, help="where archives go (default: <cache>/out)")
     args = p.parse_args(argv)
     names = args.images or list(IMAGES)
     if unknown := set(names) - set(IMAGES):
@@ -501,7 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if shutil.which(tool) is None:
             p.error(f"{tool} not found: apt-get install mmdebstrap umoci")
     t0 = time.monotonic()
-    builder = Builder(args.cache.expanduser().resolve(), args.python, args.refresh)
+    cache = args.cache.expanduser().resolve()
+    out = (args.out or cache / "out").resolve()
+    builder = Builder(cache, args.python, args.refresh, args.source.resolve(), out)
     results = []
     try:
         for name in names:
