@@ -33,6 +33,7 @@ cache) rebuilds from scratch.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import io
 import json
@@ -48,6 +49,7 @@ import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 # bump to invalidate every cached layer (a change of how layers are made)
@@ -91,14 +93,17 @@ def digest_of(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def run(argv: Sequence[str | Path], **kw: object) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: Sequence[str | Path], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a command; on failure raise BuildError with its output's tail."""
     proc = subprocess.run(
-        [str(a) for a in argv], text=True, capture_output=True, check=False, **kw
-    )  # type: ignore[call-overload]
+        [str(a) for a in argv], text=True, capture_output=True, check=False, env=env
+    )
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-4000:]
-        raise BuildError(f"{' '.join(str(a) for a in argv)[:300]} exited {proc.returncode}:\n{tail}")
+        command = " ".join(str(a) for a in argv)[:300]
+        raise BuildError(f"{command} exited {proc.returncode}:\n{tail}")
     return proc
 
 
@@ -146,9 +151,19 @@ class Layout:
     def insert(self, parent: str, tag: str, tree: Path, what: str) -> None:
         """A new image ``tag``: ``parent`` plus one layer holding ``tree`` at ``/``."""
         run(
-            ["umoci", "insert", "--image", f"{self.oci}:{parent}", "--tag", tag,
-             "--history.created_by", f"headwater build-images: {what}", tree, "/"]
-        )  # fmt: skip
+            [
+                "umoci",
+                "insert",
+                "--image",
+                f"{self.oci}:{parent}",
+                "--tag",
+                tag,
+                "--history.created_by",
+                f"headwater build-images: {what}",
+                tree,
+                "/",
+            ]
+        )
 
     def manifest(self, tag: str) -> dict[str, object]:
         for m in self.manifests():
@@ -239,12 +254,18 @@ class Builder:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         rootfs = dest / "rootfs"
-        argv = [
-            "mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory",
-            "--aptopt=APT::Install-Recommends \"false\"", f"--include={','.join(packages)}",
+        argv: list[str | Path] = [
+            "mmdebstrap",
+            "--mode=root",
+            "--variant=minbase",
+            "--format=directory",
+            '--aptopt=APT::Install-Recommends "false"',
+            f"--include={','.join(packages)}",
             *(f"--customize-hook={h}" for h in [*hooks, CLEAN_HOOK]),
-            SUITE, rootfs, MIRROR,
-        ]  # fmt: skip
+            SUITE,
+            rootfs,
+            MIRROR,
+        ]
         run(argv, env={**os.environ, "SOURCE_DATE_EPOCH": "0"})
         # the container runtime provides /dev; an image's /dev is empty
         for entry in (rootfs / "dev").iterdir():
@@ -278,11 +299,22 @@ class Builder:
         wheels.mkdir(parents=True)
         log(f"{tag}: pip wheel {len(requirements)} requirements from PyPI")
         (wheels / "requirements.txt").write_text("\n".join(requirements) + "\n")
-        run([self.python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-             "--wheel-dir", wheels, "-r", wheels / "requirements.txt"])  # fmt: skip
+        run(
+            [
+                self.python,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--wheel-dir",
+                wheels,
+                "-r",
+                wheels / "requirements.txt",
+            ]
+        )
         log(f"{tag}: install {len(list(wheels.glob('*.whl')))} wheels")
-        self.install(stack, dest / "upper", wheels,
-                     ["-r", "/mnt/requirements.txt"])  # fmt: skip
+        self.install(stack, dest / "upper", wheels, ["-r", "/mnt/requirements.txt"])
         self.layout.insert(stack[-1], tag, dest / "upper", f"pip install {' '.join(requirements)}")
         shutil.rmtree(wheels)
         (dest / "ok").touch()
@@ -291,11 +323,25 @@ class Builder:
 
     def install(self, stack: list[str], upper: Path, wheels: Path, args: list[str]) -> None:
         chroot_in_overlay(
-            self.lowers(stack), upper, wheels,
-            ["python3", "-m", "pip", "install", "--no-index", "--find-links", "/mnt",
-             "--break-system-packages", "--no-cache-dir", "--root-user-action=ignore",
-             "--disable-pip-version-check", "--no-warn-script-location", *args],
-        )  # fmt: skip
+            self.lowers(stack),
+            upper,
+            wheels,
+            [
+                "python3",
+                "-m",
+                "pip",
+                "install",
+                "--no-index",
+                "--find-links",
+                "/mnt",
+                "--break-system-packages",
+                "--no-cache-dir",
+                "--root-user-action=ignore",
+                "--disable-pip-version-check",
+                "--no-warn-script-location",
+                *args,
+            ],
+        )
 
     def app_layer(self, stack: list[str], src_hash: str) -> str:
         """The Headwater wheel, built from the working tree, installed without dependencies."""
@@ -312,17 +358,35 @@ class Builder:
             src.mkdir()
             for top in SOURCES:
                 if (self.source / top).is_dir():
-                    shutil.copytree(self.source / top, src / top, ignore=shutil.ignore_patterns(
-                        "__pycache__", "*.pyc", "*.egg-info"))  # fmt: skip
+                    shutil.copytree(
+                        self.source / top,
+                        src / top,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+                    )
                 else:
                     shutil.copy2(self.source / top, src / top)
             log(f"{tag}: build the Headwater wheel")
-            run([self.python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-                 "--no-deps", "--no-build-isolation", "--wheel-dir", wheels, src])  # fmt: skip
+            run(
+                [
+                    self.python,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-deps",
+                    "--no-build-isolation",
+                    "--wheel-dir",
+                    wheels,
+                    src,
+                ]
+            )
         (whl,) = wheels.glob("headwater-*.whl")
         self.install(stack, dest / "upper", wheels, ["--no-deps", f"/mnt/{whl.name}"])
         self.layout.insert(stack[-1], tag, dest / "upper", f"pip install {whl.name}")
+        # the top layer is no overlay's lower directory: only its blob is kept
         shutil.rmtree(wheels)
+        shutil.rmtree(dest / "upper")
         (dest / "ok").touch()
         self.timings[tag] = time.monotonic() - t0
         return tag
@@ -330,8 +394,17 @@ class Builder:
     def configure(self, parent: str, tag: str, image: ImageSpec) -> None:
         if self.layout.has(tag):
             return
-        argv = ["umoci", "config", "--image", f"{self.layout.oci}:{parent}", "--tag", tag,
-                "--no-history", "--config.user", f"{UID}:{UID}"]  # fmt: skip
+        argv = [
+            "umoci",
+            "config",
+            "--image",
+            f"{self.layout.oci}:{parent}",
+            "--tag",
+            tag,
+            "--no-history",
+            "--config.user",
+            f"{UID}:{UID}",
+        ]
         for e in [PATH_ENV, *image.env]:
             argv += ["--config.env", e]
         for a in image.entrypoint:
@@ -355,15 +428,22 @@ class Builder:
             return list(self.project["dependencies"])
         return list(self.project["optional-dependencies"][extra])
 
-    def build(self, name: str, ref: str | None) -> dict[str, str]:
+    def build(self, name: str, ref: str | None) -> dict[str, Any]:
         spec = IMAGES[name]
         if name == "etcd":
-            base = self.debian_rootfs("etcd-base", ETCD_PACKAGES, [
-                'mkdir -p "$1"/usr/local/bin && ln -sf /usr/bin/etcd "$1"/usr/local/bin/etcd',
-                f'mkdir -p "$1"/var/lib/etcd && chown {UID}:{UID} "$1"/var/lib/etcd',
-            ])  # fmt: skip
+            base = self.debian_rootfs(
+                "etcd-base",
+                ETCD_PACKAGES,
+                [
+                    'mkdir -p "$1"/usr/local/bin && ln -sf /usr/bin/etcd "$1"/usr/local/bin/etcd',
+                    f'mkdir -p "$1"/var/lib/etcd && chown {UID}:{UID} "$1"/var/lib/etcd',
+                ],
+            )
             stack = [base]
             version = etcd_version(self.layer_dir(base) / "rootfs")
+        elif name == "base":
+            stack = [self.debian_rootfs("base", PYTHON_PACKAGES, [USER_HOOK])]
+            version = SUITE
         else:
             base = self.debian_rootfs("base", PYTHON_PACKAGES, [USER_HOOK])
             stack = [base, self.pip_layer("deps", [base], self.requirements())]
@@ -379,7 +459,13 @@ class Builder:
             ref = f"localhost/headwater/{name}:{version}-{digest.split(':')[1][:12]}"
         archive = self.out / f"{name}.oci.tar"
         export(self.layout, final, ref, archive)
-        return {"name": name, "ref": ref, "digest": digest, "archive": str(archive)}
+        return {
+            "name": name,
+            "ref": ref,
+            "digest": digest,
+            "archive": str(archive),
+            "tags": [*stack, final],
+        }
 
 
 @dataclass(frozen=True)
@@ -395,28 +481,36 @@ class ImageSpec:
     labels: dict[str, str] = field(default_factory=dict)
 
     def key(self) -> str:
-        return digest_of(self.entrypoint, self.cmd, self.env, self.ports, self.volumes,
-                         self.workdir, self.labels)  # fmt: skip
+        return digest_of(
+            self.entrypoint, self.cmd, self.env, self.ports, self.volumes, self.workdir, self.labels
+        )
 
 
-SOURCE_LABEL = {"org.opencontainers.image.source": "https://github.com/headwater/headwater"}
 IMAGES: dict[str, ImageSpec] = {
     # Dockerfile: CMD, no ENTRYPOINT (the chart's command picks the service)
     "headwater": ImageSpec(
         cmd=("python", "-m", "services.broker", "--help"),
-        env=tuple(SERVICE_ENV), ports=(9092, 9093, 9094, 9100),
-        volumes=("/var/lib/headwater",), workdir="/var/lib/headwater",
-    ),  # fmt: skip
+        env=tuple(SERVICE_ENV),
+        ports=(9092, 9093, 9094, 9100),
+        volumes=("/var/lib/headwater",),
+        workdir="/var/lib/headwater",
+    ),
     # images/operator.Dockerfile
     "headwater-operator": ImageSpec(
-        entrypoint=("python", "-m", "headwater_operator"), cmd=("--help",),
+        entrypoint=("python", "-m", "headwater_operator"),
+        cmd=("--help",),
         env=("PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"),
-    ),  # fmt: skip
+    ),
     "etcd": ImageSpec(
-        entrypoint=("/usr/local/bin/etcd",), ports=(2379, 2380),
-        volumes=("/var/lib/etcd",), workdir="/var/lib/etcd",
-    ),  # fmt: skip
+        entrypoint=("/usr/local/bin/etcd",),
+        ports=(2379, 2380),
+        volumes=("/var/lib/etcd",),
+        workdir="/var/lib/etcd",
+    ),
+    # not built by default: the Dockerfiles' BASE_IMAGE for `docker load` (Dockerfile, top)
+    "base": ImageSpec(cmd=("python3",)),
 }
+DEFAULT_IMAGES = ["headwater", "headwater-operator", "etcd"]
 
 
 def etcd_version(rootfs: Path) -> str:
@@ -472,6 +566,7 @@ def export(layout: Layout, tag: str, ref: str, archive: Path) -> None:
             algo, hexd = d.split(":", 1)
             info = tar.gettarinfo(layout.blob(d), arcname=f"blobs/{algo}/{hexd}")
             info.uid = info.gid = 0
+            info.mode = 0o644
             info.uname = info.gname = ""
             info.mtime = 0
             with layout.blob(d).open("rb") as f:
@@ -480,21 +575,55 @@ def export(layout: Layout, tag: str, ref: str, archive: Path) -> None:
     stamp.write_bytes(index_bytes)
 
 
+def prune(layout: Layout, keep: set[str]) -> None:
+    """Drop the top layers and images that no listed image uses (every Python change leaves
+    one behind), then the blobs nothing refers to."""
+    stale = [
+        t
+        for m in layout.manifests()
+        if isinstance(t := ref_name(m), str) and t.startswith(("app-", "image-")) and t not in keep
+    ]
+    for tag in stale:
+        run(["umoci", "rm", "--image", f"{layout.oci}:{tag}"])
+        shutil.rmtree(layout.layers / tag, ignore_errors=True)
+    if stale:
+        run(["umoci", "gc", "--layout", layout.oci])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("images", nargs="*", help=f"images to build (default: all): {', '.join(IMAGES)}")
-    p.add_argument("--ref", help="the reference to name the image (one image only; skaffold's "
-                   "custom builder passes $IMAGE)")  # fmt: skip
-    p.add_argument("--cache", type=Path, default=Path(os.environ.get(
-        "HEADWATER_IMAGE_CACHE", Path.home() / ".cache/headwater-k8s/images")))  # fmt: skip
-    p.add_argument("--python", default=sys.executable,
-                   help="the host interpreter that fetches wheels and builds Headwater's wheel")
+    p.add_argument(
+        "images",
+        nargs="*",
+        help=f"images to build, of {', '.join(IMAGES)} (default: {' '.join(DEFAULT_IMAGES)})",
+    )
+    p.add_argument(
+        "--ref",
+        help="the reference to name the image (one image only; skaffold's "
+        "custom builder passes $IMAGE)",
+    )
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(
+            os.environ.get("HEADWATER_IMAGE_CACHE", Path.home() / ".cache/headwater-k8s/images")
+        ),
+    )
+    p.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the host interpreter that fetches wheels and builds Headwater's wheel",
+    )
     p.add_argument("--refresh", action="store_true", help="drop the cache and rebuild all")
-    p.add_argument("--source", type=Path, default=REPO,
-                   help="the tree holding pyproject.toml and the packages (default: this one)")
+    p.add_argument(
+        "--source",
+        type=Path,
+        default=REPO,
+        help="the tree holding pyproject.toml and the packages (default: this one)",
+    )
     p.add_argument("--out", type=Path, help="where archives go (default: <cache>/out)")
     args = p.parse_args(argv)
-    names = args.images or list(IMAGES)
+    names = args.images or DEFAULT_IMAGES
     if unknown := set(names) - set(IMAGES):
         p.error(f"unknown image(s) {', '.join(sorted(unknown))}; known: {', '.join(IMAGES)}")
     if args.ref and len(names) != 1:
@@ -507,18 +636,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.monotonic()
     cache = args.cache.expanduser().resolve()
     out = (args.out or cache / "out").resolve()
-    builder = Builder(cache, args.python, args.refresh, args.source.resolve(), out)
-    results = []
-    try:
-        for name in names:
-            results.append(builder.build(name, args.ref))
-    except BuildError as e:
-        log(f"failed: {e}")
-        return 1
-    listing = builder.out / "images.json"
-    known = json.loads(listing.read_text()) if listing.exists() else {}
-    known.update({r["name"]: r for r in results})
-    listing.write_text(json.dumps(known, indent=2) + "\n")
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".lock").open("w") as lock:
+        # one build at a time per cache (skaffold may start one per artifact)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        builder = Builder(cache, args.python, args.refresh, args.source.resolve(), out)
+        results = []
+        try:
+            for name in names:
+                results.append(builder.build(name, args.ref))
+            listing = builder.out / "images.json"
+            known = json.loads(listing.read_text()) if listing.exists() else {}
+            known.update({r["name"]: r for r in results})
+            listing.write_text(json.dumps(known, indent=2) + "\n")
+            default_listing = cache / "out" / "images.json"
+            listed = json.loads(default_listing.read_text()) if default_listing.exists() else {}
+            prune(
+                builder.layout, {t for r in [*listed.values(), *results] for t in r.get("tags", [])}
+            )
+        except BuildError as e:
+            log(f"failed: {e}")
+            return 1
     for r in results:
         size = Path(r["archive"]).stat().st_size
         print(f"{r['name']} {r['ref']} {r['archive']} {size // 2**20}MiB")

@@ -32,6 +32,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "scripts" / "k8s" / "build-images.sh"
 NAMES = ("headwater", "headwater-operator", "etcd")
+# what the Headwater wheel is built from (scripts/k8s/build_images.py SOURCES)
+SOURCES = ("pyproject.toml", "README.md", "proto", "headwater", "services", "spark", "operator")
 # a cold build downloads Debian packages and wheels: generous bounds, not timing checks
 BUILD_TIMEOUT = 3600
 
@@ -40,8 +42,11 @@ def build(*args: str) -> dict[str, dict[str, str]]:
     """Run the build script; {name: {ref, archive}} from its output lines."""
     proc = subprocess.run(
         ["nice", "-n", "15", str(BUILD), *args],
-        capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = {}
     for line in proc.stdout.splitlines():
@@ -114,7 +119,9 @@ def test_archive_is_valid_oci(images: dict[str, dict[str, str]], name: str) -> N
     named = {manifest["config"]["digest"], desc["digest"]} | {
         layer["digest"] for layer in manifest["layers"]
     }
-    blobs = {n.replace("blobs/sha256/", "sha256:") for n in archive.members if n.startswith("blobs/")}
+    blobs = {
+        n.replace("blobs/sha256/", "sha256:") for n in archive.members if n.startswith("blobs/")
+    }
     assert blobs == named
     assert set(archive.members) == {"oci-layout", "index.json"} | {
         "blobs/sha256/" + d.split(":")[1] for d in named
@@ -165,12 +172,16 @@ def unpack(archive: Path, dest: Path) -> Path:
     ]
     subprocess.run(
         ["umoci", "unpack", "--image", f"{layout}:{tag}", str(dest / "bundle")],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return dest / "bundle" / "rootfs"
 
 
-def run_in(rootfs: Path, config: dict[str, Any], argv: list[str]) -> subprocess.CompletedProcess[str]:
+def run_in(
+    rootfs: Path, config: dict[str, Any], argv: list[str]
+) -> subprocess.CompletedProcess[str]:
     """``argv`` chrooted in ``rootfs`` as the image's user with the image's environment, in new
     network (loopback only), mount and PID namespaces; /dev and /proc mounted privately."""
     script = (
@@ -181,16 +192,29 @@ def run_in(rootfs: Path, config: dict[str, Any], argv: list[str]) -> subprocess.
     )
     workdir = config.get("WorkingDir") or "/"
     env = dict(e.split("=", 1) for e in config["Env"])
-    cmd = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), "sh", "-c",
-           f'cd {workdir} && exec "$@"', "sh", *argv]  # fmt: skip
+    cmd = [
+        "env",
+        "-i",
+        *(f"{k}={v}" for k, v in env.items()),
+        "sh",
+        "-c",
+        f'cd {workdir} && exec "$@"',
+        "sh",
+        *argv,
+    ]
     return subprocess.run(
         ["unshare", "--net", "--mount", "--pid", "--fork", "sh", "-c", script, "sh", *cmd],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
-def rootfs(images: dict[str, dict[str, str]], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def rootfs(
+    images: dict[str, dict[str, str]], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
     return {n: unpack(Path(images[n]["archive"]), tmp_path_factory.mktemp(n)) for n in NAMES}
 
 
@@ -203,7 +227,9 @@ def test_services_image_runs_the_services(
 ) -> None:
     config = config_of(images, "headwater")
     for service in ("broker", "controller", "coordinator"):
-        proc = run_in(rootfs["headwater"], config, ["python", "-m", f"services.{service}", "--help"])
+        proc = run_in(
+            rootfs["headwater"], config, ["python", "-m", f"services.{service}", "--help"]
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "--etcd" in proc.stdout, proc.stdout
     probe = (
@@ -242,7 +268,7 @@ def test_python_change_rebuilds_only_the_top_layer(
     a new top layer holding the change; the unchanged sources give the same image again."""
     src = tmp_path / "src"
     src.mkdir()
-    for top in ("pyproject.toml", "README.md", "proto", "headwater", "services", "spark", "operator"):
+    for top in SOURCES:
         if (REPO / top).is_dir():
             shutil.copytree(REPO / top, src / top, ignore=shutil.ignore_patterns("__pycache__"))
         else:
@@ -251,8 +277,9 @@ def test_python_change_rebuilds_only_the_top_layer(
     with (src / "services" / "broker" / "__main__.py").open("a") as f:
         f.write(marker)
     out = tmp_path / "out"
-    changed = build("--source", str(src), "--out", str(out), "--ref", "localhost/t/hw:x",
-                    "headwater")["headwater"]  # fmt: skip
+    changed = build(
+        "--source", str(src), "--out", str(out), "--ref", "localhost/t/hw:x", "headwater"
+    )["headwater"]
     before = OciArchive(Path(images["headwater"]["archive"])).manifest()["layers"]
     after_archive = OciArchive(Path(changed["archive"]))
     after = after_archive.manifest()["layers"]
