@@ -12,8 +12,8 @@ changed):
   working tree). A Python-only change rebuilds only ``app``.
 * ``headwater-operator``: ``base`` -> ``deps`` -> ``operator-deps`` (the ``operator`` extra:
   kopf) -> ``app``. It shares its first two layers with ``headwater``.
-* ``etcd``: Debian bookworm minbase with Debian's ``etcd-server`` (the chart runs
-  ``/usr/local/bin/etcd``, a link to Debian's ``/usr/bin/etcd``).
+* ``etcd``: ``base`` -> ``etcd`` (Debian's ``etcd-server``, apt-get chrooted on ``base``; the
+  chart runs ``/usr/local/bin/etcd``, a link to Debian's ``/usr/bin/etcd``).
 
 Layers live in one OCI layout (``<cache>/oci``, tags ``<kind>-<key>``); the unpacked directory
 of every layer stays next to it (``<cache>/layers/<tag>``) to be the lower directory of an
@@ -56,11 +56,25 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPE = "1"
 SUITE = "bookworm"
 MIRROR = os.environ.get("HEADWATER_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+UID = 10001
 PYTHON_PACKAGES = ["python3", "python3-pip", "python-is-python3"]
-ETCD_PACKAGES = ["etcd-server"]
+# the etcd image: Debian's etcd-server on the base above, run as /usr/local/bin/etcd (the chart)
+ETCD_INSTALL = (
+    "set -e\n"
+    # no service is started in an image build
+    "printf '#!/bin/sh\\nexit 101\\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d\n"
+    "apt-get update -qq\n"
+    "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server\n"
+    "rm -f /usr/sbin/policy-rc.d\n"
+    # what apt-get wrote (the base's own apt directories stay: removing them would be a whiteout)
+    "find /var/lib/apt/lists -maxdepth 1 -type f ! -name lock -delete\n"
+    "rm -rf /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /var/log/apt/* /var/log/*.log"
+    " /usr/share/doc/* /usr/share/man/*\n"
+    "ln -sf /usr/bin/etcd /usr/local/bin/etcd\n"
+    f"mkdir -p /var/lib/etcd && chown {UID}:{UID} /var/lib/etcd\n"
+)
 # the files the Headwater wheel is built from (the Dockerfiles copy the same)
 SOURCES = ["pyproject.toml", "README.md", "proto", "headwater", "services", "spark", "operator"]
-UID = 10001
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # the Dockerfile's environment (docs/operations.md, "Memory allocator")
 SERVICE_ENV = [
@@ -72,7 +86,7 @@ SERVICE_ENV = [
 CLEAN_HOOK = (
     'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/cache/ldconfig/* '
     '"$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/info/* "$1"/usr/share/locale/* '
-    '"$1"/var/log/*.log "$1"/var/log/apt/*'
+    '"$1"/var/log/*.log "$1"/var/log/apt/* "$1"/etc/resolv.conf "$1"/etc/hostname'
 )
 USER_HOOK = (
     f'chroot "$1" sh -c "groupadd --system --gid {UID} headwater && useradd --system '
@@ -196,11 +210,14 @@ def check_no_whiteouts(upper: Path) -> None:
             pass
 
 
-def chroot_in_overlay(lowers: Sequence[Path], upper: Path, mnt: Path, argv: Sequence[str]) -> None:
+def chroot_in_overlay(
+    lowers: Sequence[Path], upper: Path, mnt: Path, argv: Sequence[str], network: bool = False
+) -> None:
     """Run ``argv`` chrooted in an overlay of ``lowers`` (top first) with writes going to
-    ``upper``, in private mount, PID and network namespaces (loopback only: no network).
-    ``mnt`` is mounted read-only at /mnt; /dev, /proc and a tmpfs /tmp are mounted and leave
-    nothing in ``upper``."""
+    ``upper``, in private mount and PID namespaces and, unless ``network``, a private network
+    namespace (loopback only). ``mnt`` is mounted read-only at /mnt; /dev, /proc, a tmpfs /tmp
+    and (with ``network``) the host's /etc/resolv.conf are mounted and leave nothing in
+    ``upper``."""
     work = upper.parent / (upper.name + ".work")
     merged = upper.parent / (upper.name + ".merged")
     for d in (upper, work, merged):
@@ -213,10 +230,21 @@ def chroot_in_overlay(lowers: Sequence[Path], upper: Path, mnt: Path, argv: Sequ
         f"mount -t proc proc {merged}/proc\n"
         f"mount -t tmpfs tmpfs {merged}/tmp\n"
         f"mount --bind {mnt} {merged}/mnt && mount -o remount,bind,ro {merged}/mnt\n"
-        f'exec chroot {merged} "$@"\n'
     )
+    if network:
+        # the host's resolver for the duration only: the file is removed again (upper only)
+        script += (
+            f"touch {merged}/etc/resolv.conf\n"
+            f"mount --bind /etc/resolv.conf {merged}/etc/resolv.conf\n"
+            f'rc=0; chroot {merged} "$@" || rc=$?\n'
+            f"umount {merged}/etc/resolv.conf && rm {merged}/etc/resolv.conf\n"
+            'exit "$rc"\n'
+        )
+    else:
+        script += f'exec chroot {merged} "$@"\n'
+    namespaces = ["--mount", "--pid", "--fork"] + ([] if network else ["--net"])
     try:
-        run(["unshare", "--mount", "--net", "--pid", "--fork", "sh", "-c", script, "sh", *argv])
+        run(["unshare", *namespaces, "sh", "-c", script, "sh", *argv])
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if merged.exists():
@@ -237,6 +265,7 @@ class Builder:
         self.out.mkdir(parents=True, exist_ok=True)
         self.project = tomllib.loads((source / "pyproject.toml").read_text())["project"]
         self.timings: dict[str, float] = {}
+        self.tmp = tempfile.TemporaryDirectory(prefix="hw-images-")
 
     # ------------------------------------------------------------------ layers
 
@@ -245,7 +274,7 @@ class Builder:
 
     def debian_rootfs(self, kind: str, packages: list[str], hooks: list[str]) -> str:
         """A one-layer image: Debian ``SUITE`` minbase with ``packages``, from mmdebstrap."""
-        tag = f"{kind}-{digest_of(RECIPE, SUITE, packages, hooks)[:16]}"
+        tag = f"{kind}-{digest_of(RECIPE, SUITE, packages, hooks, CLEAN_HOOK)[:16]}"
         if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
             return tag
         t0 = time.monotonic()
@@ -321,6 +350,24 @@ class Builder:
         self.timings[tag] = time.monotonic() - t0
         return tag
 
+    def apt_layer(self, kind: str, stack: list[str], script: str) -> str:
+        """A layer made by ``script`` (apt-get from the Debian archive) chrooted on ``stack``."""
+        tag = f"{kind}-{digest_of(RECIPE, stack, script)[:16]}"
+        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
+            return tag
+        t0 = time.monotonic()
+        dest = self.layer_dir(tag)
+        shutil.rmtree(dest, ignore_errors=True)
+        (dest / "empty").mkdir(parents=True)
+        log(f"{tag}: apt-get install in a chroot")
+        chroot_in_overlay(
+            self.lowers(stack), dest / "upper", dest / "empty", ["sh", "-c", script], network=True
+        )
+        self.layout.insert(stack[-1], tag, dest / "upper", f"{kind}: apt-get install")
+        (dest / "ok").touch()
+        self.timings[tag] = time.monotonic() - t0
+        return tag
+
     def install(self, stack: list[str], upper: Path, wheels: Path, args: list[str]) -> None:
         chroot_in_overlay(
             self.lowers(stack),
@@ -343,18 +390,12 @@ class Builder:
             ],
         )
 
-    def app_layer(self, stack: list[str], src_hash: str) -> str:
-        """The Headwater wheel, built from the working tree, installed without dependencies."""
-        tag = f"app-{digest_of(RECIPE, stack, src_hash)[:16]}"
-        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
-            return tag
-        t0 = time.monotonic()
-        dest = self.layer_dir(tag)
-        shutil.rmtree(dest, ignore_errors=True)
-        wheels = dest / "wheels"
-        wheels.mkdir(parents=True)
-        with tempfile.TemporaryDirectory(prefix="hw-src-") as tmp:
-            src = Path(tmp) / "src"
+    def headwater_wheel(self, src_hash: str) -> Path:
+        """The Headwater wheel built from the sources (once per run and source hash)."""
+        wheels = Path(self.tmp.name) / f"wheel-{src_hash[:16]}"
+        if not wheels.exists():
+            src = Path(self.tmp.name) / "src"
+            shutil.rmtree(src, ignore_errors=True)
             src.mkdir()
             for top in SOURCES:
                 if (self.source / top).is_dir():
@@ -365,27 +406,26 @@ class Builder:
                     )
                 else:
                     shutil.copy2(self.source / top, src / top)
-            log(f"{tag}: build the Headwater wheel")
+            log("build the Headwater wheel")
             run(
-                [
-                    self.python,
-                    "-m",
-                    "pip",
-                    "wheel",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--no-deps",
-                    "--no-build-isolation",
-                    "--wheel-dir",
-                    wheels,
-                    src,
-                ]
-            )
+                [self.python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                 "--no-deps", "--no-build-isolation", "--wheel-dir", wheels, src]
+            )  # fmt: skip
         (whl,) = wheels.glob("headwater-*.whl")
-        self.install(stack, dest / "upper", wheels, ["--no-deps", f"/mnt/{whl.name}"])
+        return whl
+
+    def app_layer(self, stack: list[str], src_hash: str) -> str:
+        """The Headwater wheel, built from the working tree, installed without dependencies."""
+        tag = f"app-{digest_of(RECIPE, stack, src_hash)[:16]}"
+        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
+            return tag
+        t0 = time.monotonic()
+        dest = self.layer_dir(tag)
+        shutil.rmtree(dest, ignore_errors=True)
+        whl = self.headwater_wheel(src_hash)
+        self.install(stack, dest / "upper", whl.parent, ["--no-deps", f"/mnt/{whl.name}"])
         self.layout.insert(stack[-1], tag, dest / "upper", f"pip install {whl.name}")
         # the top layer is no overlay's lower directory: only its blob is kept
-        shutil.rmtree(wheels)
         shutil.rmtree(dest / "upper")
         (dest / "ok").touch()
         self.timings[tag] = time.monotonic() - t0
@@ -431,16 +471,9 @@ class Builder:
     def build(self, name: str, ref: str | None) -> dict[str, Any]:
         spec = IMAGES[name]
         if name == "etcd":
-            base = self.debian_rootfs(
-                "etcd-base",
-                ETCD_PACKAGES,
-                [
-                    'mkdir -p "$1"/usr/local/bin && ln -sf /usr/bin/etcd "$1"/usr/local/bin/etcd',
-                    f'mkdir -p "$1"/var/lib/etcd && chown {UID}:{UID} "$1"/var/lib/etcd',
-                ],
-            )
-            stack = [base]
-            version = etcd_version(self.layer_dir(base) / "rootfs")
+            base = self.debian_rootfs("base", PYTHON_PACKAGES, [USER_HOOK])
+            stack = [base, self.apt_layer("etcd", [base], ETCD_INSTALL)]
+            version = etcd_version(self.layer_dir(stack[-1]) / "upper")
         elif name == "base":
             stack = [self.debian_rootfs("base", PYTHON_PACKAGES, [USER_HOOK])]
             version = SUITE

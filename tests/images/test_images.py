@@ -5,6 +5,7 @@
   the index names the image for containerd (``io.containerd.image.name``);
 * the configurations run what the Dockerfiles and the chart run (uid 10001, the services
   image's CMD, the operator's and etcd's ENTRYPOINT);
+* containerd imports each archive under the printed reference (a private containerd);
 * the images work: each is unpacked with ``umoci unpack`` and its program runs chrooted in it,
   in fresh network, mount and PID namespaces (loopback only);
 * the layers are cached: a Python-only change of the sources rebuilds only the top layer, and a
@@ -29,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.wait import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "scripts" / "k8s" / "build-images.sh"
 NAMES = ("headwater", "headwater-operator", "etcd")
@@ -36,6 +39,8 @@ NAMES = ("headwater", "headwater-operator", "etcd")
 SOURCES = ("pyproject.toml", "README.md", "proto", "headwater", "services", "spark", "operator")
 # a cold build downloads Debian packages and wheels: generous bounds, not timing checks
 BUILD_TIMEOUT = 3600
+# the session fixture's build counts against the first test's timeout
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 600)
 
 
 def build(*args: str) -> dict[str, dict[str, str]]:
@@ -295,3 +300,51 @@ def test_python_change_rebuilds_only_the_top_layer(
     again = build()
     assert {n: again[n]["ref"] for n in NAMES} == {n: images[n]["ref"] for n in NAMES}
     assert os.path.getsize(again["headwater"]["archive"]) > 0
+
+
+def test_containerd_imports_the_archives(images: dict[str, dict[str, str]], tmp_path: Path) -> None:
+    """``ctr -n k8s.io images import`` (what the node's import step runs) accepts each archive
+    and names the image by the reference the build printed. containerd runs privately: its own
+    root, state and socket under tmp_path, in a new network namespace, stopped by PID."""
+    sock = tmp_path / "containerd.sock"
+    config = tmp_path / "config.toml"
+    config.write_text(
+        "version = 2\n"
+        f'root = "{tmp_path}/root"\n'
+        f'state = "{tmp_path}/state"\n'
+        'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
+        f'[grpc]\n  address = "{sock}"\n'
+        f'[ttrpc]\n  address = "{tmp_path}/containerd.ttrpc.sock"\n'
+        '[debug]\n  address = ""\n[metrics]\n  address = ""\n'
+    )
+    log = (tmp_path / "containerd.log").open("w")
+    daemon = subprocess.Popen(
+        ["unshare", "--net", "containerd", "--config", str(config)], stdout=log, stderr=log
+    )
+    try:
+        ctr = ["ctr", "--address", str(sock), "-n", "k8s.io"]
+
+        def serving() -> bool:
+            assert daemon.poll() is None, (tmp_path / "containerd.log").read_text()[-2000:]
+            probe = subprocess.run([*ctr, "version"], capture_output=True, timeout=30)
+            return probe.returncode == 0
+
+        wait_for(serving, timeout=60, what="containerd serving", interval=0.2)
+        for name in NAMES:
+            proc = subprocess.run(
+                [*ctr, "images", "import", "--no-unpack", images[name]["archive"]],
+                capture_output=True, text=True, timeout=600, check=False,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+        listed = subprocess.run(
+            [*ctr, "images", "ls", "--quiet"], capture_output=True, text=True, timeout=60
+        )
+        assert set(listed.stdout.split()) == {images[n]["ref"] for n in NAMES}
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(timeout=30)
+        log.close()
