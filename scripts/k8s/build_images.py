@@ -46,7 +46,7 @@ import tarfile
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,16 +272,29 @@ class Builder:
     def layer_dir(self, tag: str) -> Path:
         return self.layout.layers / tag
 
+    def cached(self, tag: str, make: Callable[[Path], None]) -> str:
+        """``tag`` if the cache has it complete, else ``make(dir)`` it in a fresh layer
+        directory first (marked complete only once ``make`` returns)."""
+        dest = self.layer_dir(tag)
+        if self.layout.has(tag) and (dest / "ok").exists():
+            return tag
+        t0 = time.monotonic()
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        make(dest)
+        (dest / "ok").touch()
+        self.timings[tag] = time.monotonic() - t0
+        return tag
+
     def debian_rootfs(self, kind: str, packages: list[str], hooks: list[str]) -> str:
         """A one-layer image: Debian ``SUITE`` minbase with ``packages``, from mmdebstrap."""
         tag = f"{kind}-{digest_of(RECIPE, SUITE, packages, hooks, CLEAN_HOOK)[:16]}"
-        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
-            return tag
-        t0 = time.monotonic()
+        return self.cached(tag, lambda dest: self.make_debian_rootfs(tag, dest, packages, hooks))
+
+    def make_debian_rootfs(
+        self, tag: str, dest: Path, packages: list[str], hooks: list[str]
+    ) -> None:
         log(f"{tag}: mmdebstrap {SUITE} + {' '.join(packages)} (a minute or two)")
-        dest = self.layer_dir(tag)
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
         rootfs = dest / "rootfs"
         argv: list[str | Path] = [
             "mmdebstrap",
@@ -303,9 +316,6 @@ class Builder:
             else:
                 entry.unlink()
         self.layout.insert("scratch", tag, rootfs, f"mmdebstrap {SUITE} {' '.join(packages)}")
-        (dest / "ok").touch()
-        self.timings[tag] = time.monotonic() - t0
-        return tag
 
     def lowers(self, tags: Sequence[str]) -> list[Path]:
         """Overlay lower directories for a stack of layer tags (bottom first)."""
@@ -319,13 +329,13 @@ class Builder:
         """A layer with ``requirements`` and their dependencies installed from PyPI wheels
         (fetched on the host with pip, installed chrooted with the image's pip)."""
         tag = f"{kind}-{digest_of(RECIPE, stack, sorted(requirements))[:16]}"
-        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
-            return tag
-        t0 = time.monotonic()
-        dest = self.layer_dir(tag)
-        shutil.rmtree(dest, ignore_errors=True)
+        return self.cached(tag, lambda dest: self.make_pip_layer(tag, dest, stack, requirements))
+
+    def make_pip_layer(
+        self, tag: str, dest: Path, stack: list[str], requirements: list[str]
+    ) -> None:
         wheels = dest / "wheels"
-        wheels.mkdir(parents=True)
+        wheels.mkdir()
         log(f"{tag}: pip wheel {len(requirements)} requirements from PyPI")
         (wheels / "requirements.txt").write_text("\n".join(requirements) + "\n")
         run(
@@ -346,27 +356,20 @@ class Builder:
         self.install(stack, dest / "upper", wheels, ["-r", "/mnt/requirements.txt"])
         self.layout.insert(stack[-1], tag, dest / "upper", f"pip install {' '.join(requirements)}")
         shutil.rmtree(wheels)
-        (dest / "ok").touch()
-        self.timings[tag] = time.monotonic() - t0
-        return tag
 
     def apt_layer(self, kind: str, stack: list[str], script: str) -> str:
         """A layer made by ``script`` (apt-get from the Debian archive) chrooted on ``stack``."""
         tag = f"{kind}-{digest_of(RECIPE, stack, script)[:16]}"
-        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
-            return tag
-        t0 = time.monotonic()
-        dest = self.layer_dir(tag)
-        shutil.rmtree(dest, ignore_errors=True)
-        (dest / "empty").mkdir(parents=True)
-        log(f"{tag}: apt-get install in a chroot")
-        chroot_in_overlay(
-            self.lowers(stack), dest / "upper", dest / "empty", ["sh", "-c", script], network=True
-        )
-        self.layout.insert(stack[-1], tag, dest / "upper", f"{kind}: apt-get install")
-        (dest / "ok").touch()
-        self.timings[tag] = time.monotonic() - t0
-        return tag
+
+        def make(dest: Path) -> None:
+            (dest / "empty").mkdir()
+            log(f"{tag}: apt-get install in a chroot")
+            lowers = self.lowers(stack)
+            argv = ["sh", "-c", script]
+            chroot_in_overlay(lowers, dest / "upper", dest / "empty", argv, network=True)
+            self.layout.insert(stack[-1], tag, dest / "upper", f"{kind}: apt-get install")
+
+        return self.cached(tag, make)
 
     def install(self, stack: list[str], upper: Path, wheels: Path, args: list[str]) -> None:
         chroot_in_overlay(
@@ -417,19 +420,15 @@ class Builder:
     def app_layer(self, stack: list[str], src_hash: str) -> str:
         """The Headwater wheel, built from the working tree, installed without dependencies."""
         tag = f"app-{digest_of(RECIPE, stack, src_hash)[:16]}"
-        if self.layout.has(tag) and (self.layer_dir(tag) / "ok").exists():
-            return tag
-        t0 = time.monotonic()
-        dest = self.layer_dir(tag)
-        shutil.rmtree(dest, ignore_errors=True)
-        whl = self.headwater_wheel(src_hash)
-        self.install(stack, dest / "upper", whl.parent, ["--no-deps", f"/mnt/{whl.name}"])
-        self.layout.insert(stack[-1], tag, dest / "upper", f"pip install {whl.name}")
-        # the top layer is no overlay's lower directory: only its blob is kept
-        shutil.rmtree(dest / "upper")
-        (dest / "ok").touch()
-        self.timings[tag] = time.monotonic() - t0
-        return tag
+
+        def make(dest: Path) -> None:
+            whl = self.headwater_wheel(src_hash)
+            self.install(stack, dest / "upper", whl.parent, ["--no-deps", f"/mnt/{whl.name}"])
+            self.layout.insert(stack[-1], tag, dest / "upper", f"pip install {whl.name}")
+            # the top layer is no overlay's lower directory: only its blob is kept
+            shutil.rmtree(dest / "upper")
+
+        return self.cached(tag, make)
 
     def configure(self, parent: str, tag: str, image: ImageSpec) -> None:
         if self.layout.has(tag):

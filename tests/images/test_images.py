@@ -134,7 +134,8 @@ def test_archive_is_valid_oci(images: dict[str, dict[str, str]], name: str) -> N
 
 
 def test_layers_are_shared(images: dict[str, dict[str, str]]) -> None:
-    """base and dependency layers are the same blobs in the services and operator images."""
+    """The base layer is the same blob in the three images, the dependency layer in the services
+    and operator images."""
     layers = {
         name: [x["digest"] for x in OciArchive(Path(images[name]["archive"])).manifest()["layers"]]
         for name in NAMES
@@ -142,7 +143,8 @@ def test_layers_are_shared(images: dict[str, dict[str, str]]) -> None:
     assert len(layers["headwater"]) == 3  # base, deps, app
     assert len(layers["headwater-operator"]) == 4  # base, deps, operator deps, app
     assert layers["headwater-operator"][:2] == layers["headwater"][:2]
-    assert len(layers["etcd"]) == 1
+    assert len(layers["etcd"]) == 2  # base, etcd-server
+    assert layers["etcd"][0] == layers["headwater"][0]
 
 
 def test_configs_run_the_expected_programs(images: dict[str, dict[str, str]]) -> None:
