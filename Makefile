@@ -18,7 +18,8 @@
 #                Central / apt / the Go proxy, ~45 min; BENCH_FLAGS e.g. --quick; not part of CI)
 #   make images  build the services, operator and etcd images without Docker (mmdebstrap, pip,
 #                umoci) as OCI archives under ~/.cache/headwater-k8s/images/out; prints their
-#                references (scripts/k8s/build-images.sh; cold ~N min, warm rebuild seconds)
+#                references (scripts/k8s/build-images.sh; cold ~9 min, a Python-only change
+#                ~45 s, nothing changed ~1 s, on 2 loaded cores: docs/kubernetes.md "Images")
 #   make test-images  `make images`, then tests/images (archives valid OCI, the images run
 #                chrooted without network, a Python-only change rebuilds only the top layer);
 #                not part of `make test` yet
