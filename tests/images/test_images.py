@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -221,8 +222,14 @@ def run_in(
 @pytest.fixture(scope="module")
 def rootfs(
     images: dict[str, dict[str, str]], tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Path]:
-    return {n: unpack(Path(images[n]["archive"]), tmp_path_factory.mktemp(n)) for n in NAMES}
+) -> Iterator[dict[str, Path]]:
+    """Each image unpacked (about 0.5 GB each), removed after the module's tests."""
+    dirs = {n: tmp_path_factory.mktemp(n) for n in NAMES}
+    try:
+        yield {n: unpack(Path(images[n]["archive"]), dirs[n]) for n in NAMES}
+    finally:
+        for d in dirs.values():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def config_of(images: dict[str, dict[str, str]], name: str) -> dict[str, Any]:
@@ -292,8 +299,8 @@ def test_python_change_rebuilds_only_the_top_layer(
     after = after_archive.manifest()["layers"]
     assert [x["digest"] for x in after[:2]] == [x["digest"] for x in before[:2]]
     assert after[2]["digest"] != before[2]["digest"]
-    top = gzip.decompress(after_archive.blob(after[2]["digest"]))
-    with tarfile.open(fileobj=io.BytesIO(top)) as layer:
+    top_layer = gzip.decompress(after_archive.blob(after[2]["digest"]))
+    with tarfile.open(fileobj=io.BytesIO(top_layer)) as layer:
         names = layer.getnames()
         (main,) = [n for n in names if n.endswith("dist-packages/services/broker/__main__.py")]
         text = layer.extractfile(main).read().decode()  # type: ignore[union-attr]
