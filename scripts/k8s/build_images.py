@@ -54,6 +54,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 # bump to invalidate every cached layer (a change of how layers are made)
 RECIPE = "1"
+# how layers above the base are written (Layout.insert); the base's umoci-written tar was whole
+LAYER_TAR = "gnu-tar-pax"
 SUITE = "bookworm"
 MIRROR = os.environ.get("HEADWATER_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 UID = 10001
@@ -166,21 +168,21 @@ class Layout:
         return any(ref_name(m) == tag for m in self.manifests())
 
     def insert(self, parent: str, tag: str, tree: Path, what: str) -> None:
-        """A new image ``tag``: ``parent`` plus one layer holding ``tree`` at ``/``."""
-        run(
-            [
-                "umoci",
-                "insert",
-                "--image",
-                f"{self.oci}:{parent}",
-                "--tag",
-                tag,
-                "--history.created_by",
-                f"headwater build-images: {what}",
-                tree,
-                "/",
-            ]
-        )
+        """A new image ``tag``: ``parent`` plus one layer holding ``tree`` at ``/``.
+
+        GNU tar writes the layer (pax, numeric owners, sorted, no atime/ctime) and ``umoci raw
+        add-layer`` compresses and appends it: Debian's umoci 0.4.7 ``insert`` of a directory
+        at ``/`` wrote truncated tar streams (no end-of-archive blocks; ``tar -t`` stops with
+        "Unexpected EOF") for the pip layers."""
+        with tempfile.NamedTemporaryFile(dir=self.cache, prefix="layer-", suffix=".tar") as f:
+            run(
+                ["tar", "--create", "--file", f.name, "--directory", tree, "--numeric-owner",
+                 "--format=pax", "--pax-option=delete=atime,delete=ctime", "--sort=name", "."]
+            )  # fmt: skip
+            run(
+                ["umoci", "raw", "add-layer", "--image", f"{self.oci}:{parent}", "--tag", tag,
+                 "--history.created_by", f"headwater build-images: {what}", f.name]
+            )  # fmt: skip
 
     def manifest(self, tag: str) -> dict[str, object]:
         for m in self.manifests():
@@ -331,7 +333,7 @@ class Builder:
     def pip_layer(self, kind: str, stack: list[str], requirements: list[str]) -> str:
         """A layer with ``requirements`` and their dependencies installed from PyPI wheels
         (fetched on the host with pip, installed chrooted with the image's pip)."""
-        tag = f"{kind}-{digest_of(RECIPE, stack, sorted(requirements))[:16]}"
+        tag = f"{kind}-{digest_of(RECIPE, LAYER_TAR, stack, sorted(requirements))[:16]}"
         return self.cached(tag, lambda dest: self.make_pip_layer(tag, dest, stack, requirements))
 
     def make_pip_layer(
@@ -362,7 +364,7 @@ class Builder:
 
     def apt_layer(self, kind: str, stack: list[str], script: str) -> str:
         """A layer made by ``script`` (apt-get from the Debian archive) chrooted on ``stack``."""
-        tag = f"{kind}-{digest_of(RECIPE, stack, script)[:16]}"
+        tag = f"{kind}-{digest_of(RECIPE, LAYER_TAR, stack, script)[:16]}"
 
         def make(dest: Path) -> None:
             (dest / "empty").mkdir()
@@ -422,7 +424,7 @@ class Builder:
 
     def app_layer(self, stack: list[str], src_hash: str) -> str:
         """The Headwater wheel, built from the working tree, installed without dependencies."""
-        tag = f"app-{digest_of(RECIPE, stack, src_hash)[:16]}"
+        tag = f"app-{digest_of(RECIPE, LAYER_TAR, stack, src_hash)[:16]}"
 
         def make(dest: Path) -> None:
             whl = self.headwater_wheel(src_hash)

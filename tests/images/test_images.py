@@ -120,6 +120,10 @@ def test_archive_is_valid_oci(images: dict[str, dict[str, str]], name: str) -> N
         assert layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip"
         data = gzip.decompress(archive.checked_blob(layer))
         diff_ids.append("sha256:" + hashlib.sha256(data).hexdigest())
+        # a whole tar stream: every member's data and the end-of-archive blocks are there
+        assert len(data) % 512 == 0, f"{layer['digest']}: truncated tar"
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            assert tar.getmembers()
     assert config["rootfs"]["diff_ids"] == diff_ids
     # every blob in the archive is one the manifest names, and nothing else is in it
     named = {manifest["config"]["digest"], desc["digest"]} | {
