@@ -430,7 +430,7 @@ class Builder:
             whl = self.headwater_wheel(src_hash)
             log(f"{tag}: install {whl.name}")
             self.install(stack, dest / "upper", whl.parent, ["--no-deps", f"/mnt/{whl.name}"])
-            log(f"{tag}: umoci insert")
+            log(f"{tag}: add the layer")
             self.layout.insert(stack[-1], tag, dest / "upper", f"pip install {whl.name}")
             # the top layer is no overlay's lower directory: only its blob is kept
             shutil.rmtree(dest / "upper")
