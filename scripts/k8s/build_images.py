@@ -18,10 +18,11 @@ changed):
 Layers live in one OCI layout (``<cache>/oci``, tags ``<kind>-<key>``); the unpacked directory
 of every layer stays next to it (``<cache>/layers/<tag>``) to be the lower directory of an
 overlay mount when the next layer is installed (pip runs chrooted in that overlay, without
-network: every wheel is fetched on the host first). Each image is written as an OCI archive
-(``<cache>/out/<name>.oci.tar``) whose index names the image for containerd
-(``io.containerd.image.name``), so ``ctr -n k8s.io images import <archive>`` imports it under
-its reference. ``<cache>/out/images.json`` lists reference, digest and archive of each image.
+network: every wheel is fetched on the host first; only the etcd layer's apt-get has network).
+Each image is written as an OCI archive (``<cache>/out/<name>.oci.tar``) whose index names the
+image for containerd (``io.containerd.image.name``), so ``ctr -n k8s.io images import
+<archive>`` imports it under its reference. ``<cache>/out/images.json`` lists reference, digest
+and archive of each image.
 
 Contract: idempotent; a run with nothing changed rebuilds nothing and rewrites no archive. The
 layer keys cover the recipe (``RECIPE``), the Debian package lists, the dependency
