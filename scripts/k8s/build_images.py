@@ -617,16 +617,16 @@ def export(layout: Layout, tag: str, ref: str, archive: Path) -> None:
 
 
 def prune(layout: Layout, keep: set[str]) -> None:
-    """Drop the top layers and images that no listed image uses (every Python change leaves
-    one behind), then the blobs nothing refers to."""
-    stale = [
-        t
-        for m in layout.manifests()
-        if isinstance(t := ref_name(m), str) and t.startswith(("app-", "image-")) and t not in keep
-    ]
+    """Drop the layers and images that no listed image uses (every Python change leaves a top
+    layer behind, a changed requirement a dependency layer), their directories, then the blobs
+    nothing refers to."""
+    tags = [t for m in layout.manifests() if isinstance(t := ref_name(m), str)]
+    stale = [t for t in tags if t != "scratch" and t not in keep]
     for tag in stale:
         run(["umoci", "rm", "--image", f"{layout.oci}:{tag}"])
-        shutil.rmtree(layout.layers / tag, ignore_errors=True)
+    for d in layout.layers.iterdir():
+        if d.name not in keep:
+            shutil.rmtree(d, ignore_errors=True)
     if not stale:
         return
     # what `umoci gc` does, without re-reading every blob (a minute here for a few MB)
