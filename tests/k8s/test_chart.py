@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -378,9 +379,23 @@ def test_skaffold_render_matches_helm_template(k8s_tools: Path, tmp_path: Path) 
     config, release = s["config"], s["release"]
     assert (REPO / release["chartPath"]).resolve() == CHART
     images = {a["image"]: a for a in config["build"]["artifacts"]}
-    assert set(images) == {"headwater", "headwater-operator"}
+    assert set(images) == {"headwater", "headwater-operator", "headwater-etcd"}
     for art in images.values():
-        assert (REPO / art["context"] / art["docker"]["dockerfile"]).is_file()
+        # the custom builder: the script that also builds the images for the tests
+        command = art["custom"]["buildCommand"].split()
+        assert command == ["scripts/k8s/build-images.sh", "--skaffold"]
+        assert os.access(REPO / art["context"] / command[0], os.X_OK)
+        for path in art["custom"]["dependencies"]["paths"]:
+            assert (REPO / art["context"] / path).exists(), path
+    # the `docker` profile builds the same artifacts from the Dockerfiles
+    (profile,) = config["profiles"]
+    assert profile["name"] == "docker"
+    patched = {p["value"]["image"]: p for p in profile["patches"]}
+    assert set(patched) == set(images)
+    for i, art in enumerate(config["build"]["artifacts"]):
+        patch = patched[art["image"]]
+        assert (patch["op"], patch["path"]) == ("replace", f"/build/artifacts/{i}")
+        assert (REPO / patch["value"]["context"] / patch["value"]["docker"]["dockerfile"]).is_file()
     tag = "0123abc"
     subst = {}
     for image in images:
@@ -417,10 +432,11 @@ def test_skaffold_render_matches_helm_template(k8s_tools: Path, tmp_path: Path) 
         if d["kind"] in ("Deployment", "StatefulSet")
         for c in d["spec"]["template"]["spec"]["containers"]
     }
-    assert {f"headwater:{tag}", f"headwater-operator:{tag}"} <= used
+    assert {f"headwater:{tag}", f"headwater-operator:{tag}", f"headwater-etcd:{tag}"} <= used
 
 
 DOCKERFILES = [REPO / "Dockerfile", REPO / "images" / "operator.Dockerfile"]
+ETCD_DOCKERFILE = REPO / "images" / "etcd.Dockerfile"
 INSTRUCTIONS = {
     "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME",
     "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL",
@@ -439,7 +455,18 @@ def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def base_image_default(steps: list[tuple[str, str]]) -> str:
+    """The base image is the build argument BASE_IMAGE, declared before the first FROM with a
+    default; every stage starts from it."""
+    assert steps[0][0] == "ARG"
+    name, _, default = steps[0][1].partition("=")
+    assert name == "BASE_IMAGE" and default
+    stages = [rest for word, rest in steps if word == "FROM"]
+    assert stages and all(re.match(r"\$\{BASE_IMAGE\}( AS \w+)?$", s) for s in stages)
+    return default
+
+
+@pytest.mark.parametrize("path", [*DOCKERFILES, ETCD_DOCKERFILE], ids=lambda p: p.name)
 def test_dockerfile(path: Path) -> None:
     steps = dockerfile_instructions(path)
     for word, rest in steps:
@@ -453,9 +480,9 @@ def test_dockerfile(path: Path) -> None:
                 assert (REPO / src).exists(), f"{path.name}: COPY source {src} missing"
         if word in ("CMD", "ENTRYPOINT"):
             json.loads(rest)  # exec form
-    assert steps[0][0] == "FROM"
-    stages = [rest for word, rest in steps if word == "FROM"]
-    assert all(re.match(r"python:3\.11-slim\b", s) for s in stages)
+    default = base_image_default(steps)
+    expected = "debian:bookworm-slim" if path == ETCD_DOCKERFILE else "python:3.11-slim"
+    assert default == expected
     final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM") :]
     users = [rest for word, rest in final if word == "USER"]
     assert users and users[-1].split(":")[0] == "10001"  # the chart's runAsUser
