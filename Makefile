@@ -16,6 +16,12 @@
 #   make bench-peers Headwater side by side with Apache Kafka, NATS JetStream and Redis Streams
 #                (bench/side_by_side.py: installs the `bench` extra, fetches the peers from Maven
 #                Central / apt / the Go proxy, ~45 min; BENCH_FLAGS e.g. --quick; not part of CI)
+#   make k8s-node    bring up a single-node Kubernetes inside a private network namespace
+#                (scripts/k8s/node.sh; builds its parts on first use; prints the netns and
+#                kubeconfig; needs root). Clients run inside it: scripts/k8s/in-node kubectl ...
+#   make k8s-node-down   stop it, leaving no process, mount, namespace or changed sysctl behind
+#   make test-k8s-node   the node's tests (tests/k8s_node; brings the node up and down itself
+#                unless one is already up; not part of `make test` yet)
 #   make chart-check helm lint, helm template + strict schema validation, install/uninstall into
 #                a real kube-apiserver (tests/k8s/test_chart.py)
 #
@@ -37,7 +43,7 @@ export PATH := $(BIN):$(PATH)
 
 BENCH_FLAGS ?=
 
-.PHONY: install proto lint test test-secure dev ci fuzz clean bench-peers
+.PHONY: install proto lint test test-secure dev ci fuzz clean bench-peers k8s-node k8s-node-down test-k8s-node
 
 install: $(STAMP)
 
@@ -76,6 +82,15 @@ k8s-tools:
 bench-peers: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/side_by_side.py $(BENCH_FLAGS)
+
+k8s-node:
+	nice -n 10 bash scripts/k8s/node.sh up
+
+k8s-node-down:
+	bash scripts/k8s/node.sh down
+
+test-k8s-node: $(STAMP)
+	HEADWATER_TEST_K8S_NODE=1 $(BIN)/python -m pytest tests/k8s_node
 
 chart-check: $(STAMP) k8s-tools
 	$(BIN)/python -m pytest tests/k8s/test_chart.py
