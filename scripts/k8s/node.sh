@@ -126,7 +126,7 @@ image() { # name ref entrypoint-json entries... : rebuild when the inputs' diges
   key="$(
     echo "$ref $ep $*"
     sha256sum "$HERE/node/mkimage.py"
-    for e in "$@"; do src="${e%%=*}"; [ -n "$src" ] && sha256sum "$src"; done
+    for e in "$@"; do src="${e%%=*}"; if [ -n "$src" ]; then sha256sum "$src"; fi; done
   )"
   key="$(echo "$key" | sha256sum | cut -d' ' -f1)"
   [ -f "$IMAGES/$name.tar" ] && [ "$(cat "$IMAGES/$name.key" 2>/dev/null)" = "$key" ] && return 0
@@ -244,7 +244,8 @@ save_cgroups() { # cgroup v1 hierarchies where kubelet will create "kubepods": r
 start() { # name cmd...
   local n="$1"; shift
   pid_alive "$n" && return 0
-  setsid nohup "${IN[@]}" "$@" >"$W/logs/$n.log" 2>&1 </dev/null &
+  # 8>&-: the daemon must not inherit (and so hold forever) the lock of node.sh
+  setsid nohup "${IN[@]}" "$@" >"$W/logs/$n.log" 2>&1 </dev/null 8>&- &
   echo $! >"$W/pids/$n.pid"
   ts "started $n (pid $!)"
 }
@@ -334,7 +335,8 @@ stop() { # name: by recorded PID, TERM then KILL
 down() {
   [ "$(id -u)" = 0 ] || die "needs root"
   [ -d "$W" ] || { ts "nothing to do ($W absent)"; return 0; }
-  exec 8>"$W/.lock"; flock 8
+  # an `up` in progress finishes first; a lock held longer than that is stale: go on
+  exec 8>"$W/.lock"; flock -w 600 8 || ts "the lock $W/.lock is held by another process; going on"
   rm -f "$W/state/up"
   local n c p f
   for n in kube-proxy kubelet kube-scheduler kube-controller-manager; do stop "$n"; done

@@ -149,6 +149,11 @@ class Node:
         ).stdout
         return [int(p) for p in out.split()]
 
+    def task_pids(self) -> list[int]:
+        """The init process of every container containerd runs (pods' processes)."""
+        state = self.node_dir / "containerd" / "state" / "io.containerd.runtime.v2.task"
+        return [int(f.read_text().strip()) for f in state.glob("*/*/init.pid")]
+
     def kubepods_cgroups(self) -> list[Path]:
         """The cgroup directories kubelet creates for pods (node.sh notes the absent ones)."""
         path = self.node_dir / "state" / "cgroups"
