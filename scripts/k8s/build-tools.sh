@@ -8,12 +8,16 @@
 # A cold run on the 2-core machine, measured while other builds and tests ran: kube-apiserver
 # 570 s, kubectl 23 s (it reuses kube-apiserver's compiled packages), helm ~280 s: ~15 minutes,
 # plus ~1 GB of modules in the Go module cache (downloads take well under a minute).
+# The single-node Kubernetes (scripts/k8s/node.sh) also needs kube-controller-manager,
+# kube-scheduler, kubelet, kube-proxy (ONE go build with every missing command; with
+# kube-apiserver's packages already compiled: 930 s under load average 13) and coredns.
 #
 # Usage: bash scripts/k8s/build-tools.sh [--print-bin]
 #   --print-bin   only print the bin directory (nothing is built)
-# Environment: KUBE_VERSION (k8s.io/kubernetes tag), HELM_VERSION, COREDNS_VERSION, HEADWATER_K8S_CACHE, TOOLS
-# (space-separated subset of "kube-apiserver kube-controller-manager kube-scheduler kubelet
-# kube-proxy kubectl helm coredns"; default: the three the chart tests need).
+# Environment: KUBE_VERSION (k8s.io/kubernetes tag), HELM_VERSION, COREDNS_VERSION,
+# HEADWATER_K8S_CACHE, GO_BUILD_P (go build -p, default 1), TOOLS (space-separated subset of
+# "kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl helm
+# coredns"; default: the three the chart tests need).
 #
 # Why a wrapper module for Kubernetes: k8s.io/kubernetes requires its staging modules at v0.0.0 and
 # maps them with `replace k8s.io/X => ./staging/src/k8s.io/X`, so `go install k8s.io/kubernetes/cmd/...@v1.x`
