@@ -23,6 +23,13 @@
 #   make test-images  `make images`, then tests/images (archives valid OCI, the images run
 #                chrooted without network, a Python-only change rebuilds only the top layer);
 #                not part of `make test` yet
+#   make k8s-node    bring up a single-node Kubernetes inside a private network namespace
+#                (scripts/k8s/node.sh; builds its parts on first use; prints the netns and
+#                kubeconfig; needs root). Clients run inside it: scripts/k8s/in-node kubectl ...
+#   make k8s-node-down   stop it, leaving no process, mount, namespace or changed sysctl behind
+#   make k8s-install the chart onto that node with the project's images (scripts/k8s/install-chart.sh)
+#   make test-k8s-node   the node's tests (tests/k8s_node; brings the node up and down itself
+#                unless one is already up; not part of `make test` yet)
 #   make chart-check helm lint, helm template + strict schema validation, install/uninstall into
 #                a real kube-apiserver (tests/k8s/test_chart.py)
 #
@@ -44,7 +51,8 @@ export PATH := $(BIN):$(PATH)
 
 BENCH_FLAGS ?=
 
-.PHONY: install proto lint test test-secure dev ci fuzz clean bench-peers images test-images
+.PHONY: install proto lint test test-secure dev ci fuzz clean bench-peers images test-images \
+	k8s-node k8s-node-down k8s-install test-k8s-node
 
 install: $(STAMP)
 
@@ -89,6 +97,19 @@ images: $(STAMP)
 
 test-images: images
 	HEADWATER_TEST_IMAGES=1 $(BIN)/python -m pytest tests/images
+
+k8s-node:
+	nice -n 10 bash scripts/k8s/node.sh up
+
+k8s-node-down:
+	bash scripts/k8s/node.sh down
+
+k8s-install: $(STAMP)
+	if [ -x scripts/k8s/build-images.sh ]; then nice -n 10 bash scripts/k8s/build-images.sh; fi
+	nice -n 10 bash scripts/k8s/install-chart.sh
+
+test-k8s-node: $(STAMP)
+	HEADWATER_TEST_K8S_NODE=1 $(BIN)/python -m pytest tests/k8s_node
 
 chart-check: $(STAMP) k8s-tools
 	$(BIN)/python -m pytest tests/k8s/test_chart.py

@@ -17,6 +17,10 @@ from headwater.dev.cluster import LocalCluster
 from headwater.dev.etcd_server import EtcdServer
 from tests.security import switch as security_switch
 
+# The single-node Kubernetes tests (tests/k8s_node) need root and bring up a whole node: they run
+# with `make test-k8s-node` (HEADWATER_TEST_K8S_NODE=1), not in the default run.
+collect_ignore = [] if os.environ.get("HEADWATER_TEST_K8S_NODE") == "1" else ["k8s_node"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """HEADWATER_TEST_TLS=1: TLS clusters and TLS clients everywhere (tests/security/switch.py)."""

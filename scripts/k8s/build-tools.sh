@@ -8,11 +8,16 @@
 # A cold run on the 2-core machine, measured while other builds and tests ran: kube-apiserver
 # 570 s, kubectl 23 s (it reuses kube-apiserver's compiled packages), helm ~280 s: ~15 minutes,
 # plus ~1 GB of modules in the Go module cache (downloads take well under a minute).
+# The single-node Kubernetes (scripts/k8s/node.sh) also needs kube-controller-manager,
+# kube-scheduler, kubelet, kube-proxy (ONE go build with every missing command; with
+# kube-apiserver's packages already compiled: 930 s under load average 13) and coredns.
 #
 # Usage: bash scripts/k8s/build-tools.sh [--print-bin]
 #   --print-bin   only print the bin directory (nothing is built)
-# Environment: KUBE_VERSION (k8s.io/kubernetes tag), HELM_VERSION, HEADWATER_K8S_CACHE, TOOLS
-# (space-separated subset of "kube-apiserver kubectl helm").
+# Environment: KUBE_VERSION (k8s.io/kubernetes tag), HELM_VERSION, COREDNS_VERSION,
+# HEADWATER_K8S_CACHE, GO_BUILD_P (go build -p, default 1), TOOLS (space-separated subset of
+# "kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl helm
+# coredns"; default: the three the chart tests need).
 #
 # Why a wrapper module for Kubernetes: k8s.io/kubernetes requires its staging modules at v0.0.0 and
 # maps them with `replace k8s.io/X => ./staging/src/k8s.io/X`, so `go install k8s.io/kubernetes/cmd/...@v1.x`
@@ -22,6 +27,7 @@ set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.34.4}"
 HELM_VERSION="${HELM_VERSION:-v3.21.4}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 CACHE="${HEADWATER_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/headwater-k8s}"
 ROOT="$CACHE/$KUBE_VERSION"
 BIN="$ROOT/bin"
@@ -58,10 +64,18 @@ log() { echo "[build-tools $(date +%H:%M:%S)] $*"; }
 
 want() { case " $TOOLS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
-# ---------------------------------------------------------------- kube-apiserver, kubectl
+# ---------------------------------------------------------------- Kubernetes commands
+# Every missing k8s.io/kubernetes command is built by ONE `go build` (several main packages with
+# `-o DIR/`): they share most of their packages, so building kubelet beside kube-apiserver costs
+# far less than a build of its own. Cached by version: the binaries live under <KUBE_VERSION>/bin.
+K8S_CMDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl"
 k8s_targets=()
-want kube-apiserver && ! have kube-apiserver --version && k8s_targets+=(kube-apiserver)
-want kubectl && ! have kubectl version --client && k8s_targets+=(kubectl)
+for t in $K8S_CMDS; do
+  want "$t" || continue
+  if [ "$t" = kubectl ]; then have kubectl version --client && continue
+  else have "$t" --version && continue; fi
+  k8s_targets+=("$t")
+done
 
 if [ "${#k8s_targets[@]}" -gt 0 ]; then
   SV="v0.${KUBE_VERSION#v1.}"
@@ -82,22 +96,26 @@ if [ "${#k8s_targets[@]}" -gt 0 ]; then
     done
     go mod edit -require="k8s.io/kubernetes@$KUBE_VERSION"
   fi
-  # a tiny file importing the commands keeps `go mod tidy`-free resolution deterministic
+  pkgs=()
   for t in "${k8s_targets[@]}"; do
     log "go get k8s.io/kubernetes/cmd/$t@$KUBE_VERSION"
     go get "k8s.io/kubernetes/cmd/$t@$KUBE_VERSION"
+    pkgs+=("k8s.io/kubernetes/cmd/$t")
   done
   LDF="-s -w"
   for k in "gitVersion=$KUBE_VERSION" gitMajor=1 "gitMinor=$MINOR" gitTreeState=clean; do
     LDF="$LDF -X k8s.io/component-base/version.$k -X k8s.io/client-go/pkg/version.$k"
   done
-  for t in "${k8s_targets[@]}"; do
-    log "building $t $KUBE_VERSION"
-    start=$SECONDS
-    go build -p 1 -trimpath -ldflags "$LDF" -o "$BIN/$t.tmp" "k8s.io/kubernetes/cmd/$t"
-    mv "$BIN/$t.tmp" "$BIN/$t"
-    log "built $t in $((SECONDS - start)) s"
-  done
+  log "building ${k8s_targets[*]} $KUBE_VERSION (one go build)"
+  start=$SECONDS
+  OUT="$ROOT/k8s-out"
+  rm -rf "$OUT"
+  mkdir -p "$OUT"
+  # with several main packages, `-o DIR/` writes one binary per package into DIR
+  go build -p "${GO_BUILD_P:-1}" -trimpath -ldflags "$LDF" -o "$OUT/" "${pkgs[@]}"
+  for t in "${k8s_targets[@]}"; do mv "$OUT/$t" "$BIN/$t"; done
+  rmdir "$OUT"
+  log "built ${k8s_targets[*]} in $((SECONDS - start)) s"
 fi
 
 # ---------------------------------------------------------------- helm
@@ -114,6 +132,18 @@ if want helm && ! have helm version; then
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   mv "$ROOT/helm-gobin/helm" "$BIN/helm"
   log "built helm in $((SECONDS - start)) s"
+fi
+
+# ---------------------------------------------------------------- CoreDNS
+# The node's cluster DNS. CoreDNS's go.mod has no replace directives, so a plain
+# `go install module@version` works (it needs Go >= 1.26).
+if want coredns && ! have coredns -version; then
+  log "building coredns $COREDNS_VERSION"
+  start=$SECONDS
+  GOBIN="$ROOT/coredns-gobin" go install -p "${GO_BUILD_P:-1}" -trimpath -ldflags "-s -w" \
+    "github.com/coredns/coredns@$COREDNS_VERSION"
+  mv "$ROOT/coredns-gobin/coredns" "$BIN/coredns"
+  log "built coredns in $((SECONDS - start)) s"
 fi
 
 for t in $TOOLS; do

@@ -1,0 +1,53 @@
+"""``helm install`` of charts/headwater onto the test node (scripts/k8s/install-chart.sh): every
+pod Ready, then a pod of the services image creates a topic, produces and consumes through the
+bootstrap Service. Needs the images of scripts/k8s/build-images.sh (its images.json)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.k8s_node.node import REPO, Node
+
+INSTALL = REPO / "scripts" / "k8s" / "install-chart.sh"
+IMAGES_JSON = Path.home() / ".cache" / "headwater-k8s" / "images" / "out" / "images.json"
+SMOKE = """
+set -e
+B=hw-headwater-broker:9092
+headwater --bootstrap $B topics create smoke --partitions 3 --replication-factor 3
+printf 'k1:one\\nk2:two\\nk3:three\\n' | headwater --bootstrap $B produce smoke --acks all \\
+  --key-separator :
+headwater --bootstrap $B consume smoke --from-beginning --max-messages 3 --timeout-ms 30000 \\
+  --print-key
+"""
+
+
+def test_helm_install_brings_every_pod_ready_and_a_pod_produces_and_consumes(
+    k8s_node: Node,
+) -> None:
+    proc = subprocess.run(
+        ["nice", "-n", "10", "bash", str(INSTALL)],
+        capture_output=True,
+        text=True,
+        timeout=15 * 60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pods = json.loads(k8s_node.kubectl("-n", "headwater", "get", "pods", "-o", "json"))["items"]
+    ready = {
+        p["metadata"]["name"]: any(
+            c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"]
+        )
+        for p in pods
+    }
+    # etcd, 2 controllers, 3 brokers, 2 coordinators, the operator
+    assert len(ready) == 9 and all(ready.values()), ready
+    image = json.loads(IMAGES_JSON.read_text())["headwater"]["ref"]
+    k8s_node.kubectl("-n", "headwater", "delete", "pod", "smoke", "--ignore-not-found")
+    out = k8s_node.kubectl(
+        "-n", "headwater", "run", "smoke", "--rm", "-i", "--restart=Never",
+        f"--image={image}", "--image-pull-policy=Never", "--command", "--", "sh", "-c", SMOKE,
+        timeout=300,
+    )  # fmt: skip
+    lines = [line.split() for line in out.splitlines() if line.startswith("k")]
+    assert sorted(lines) == [["k1", "one"], ["k2", "two"], ["k3", "three"]], out
