@@ -17,10 +17,10 @@ Clients:
   record, as Kafka's ProducerPerformance does; ``note`` says which); for every RF=1 row also
   ``--mode sync`` (the blocking ``Producer.send()`` per record, the README's API) and
   ``--mode produce`` (the asyncio producer's non-awaiting ``produce()`` per record): the
-  per-record rows compared with confluent-kafka's ``produce()`` (issue 17). ``consume`` reads the topic of the
-  matching acks=1 ``produce-max`` row from the start, ``--decode values`` (every record's value as
-  a Python ``bytes``). ``produce-fixed``: ``--mode send --throughput`` (records/s for 10 MB/s),
-  every ack's latency sampled.
+  per-record rows compared with confluent-kafka's ``produce()`` (issue 17). ``consume``
+  reads the topic of the matching acks=1 ``produce-max`` row from the start, ``--decode
+  values`` (every record's value as a Python ``bytes``). ``produce-fixed``: ``--mode send
+  --throughput`` (records/s for 10 MB/s), every ack's latency sampled.
 * ``client="python headwater"``: ``e2e`` with the client library directly: a producer process
   (``AsyncProducer.send`` per record, paced by :class:`common.Pacer`, each value
   :func:`common.stamp`-ed) and a consumer process (``AsyncConsumer.poll_batches``, one
