@@ -539,8 +539,14 @@ class AsyncProducer:
         )
 
     def _partitions_from_any_thread(self, topic: str) -> list[TopicPartition]:
+        """The topic's partitions from the metadata view, else waited for (another thread)."""
         acc = self._acc
-        assert acc is not None
+        assert acc is not None and self._metadata is not None
+        info = self._metadata.view.topics.get(topic)
+        if info is not None:
+            tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
+            self._tps[topic] = tps
+            return tps
         loop = acc._loop
         if loop is None or acc.on_loop_thread():
             raise BufferExhaustedError(
