@@ -286,6 +286,8 @@ class Accumulator:
         self._wake_pending = False
         #: guards every field above; taken by the loop and by threads appending records
         self.lock = threading.RLock()
+        #: set by :meth:`close_appends`: every later append raises it
+        self.closed: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         with contextlib.suppress(RuntimeError):  # else bound by the first open_batch
@@ -502,6 +504,8 @@ class Accumulator:
         :class:`BufferExhaustedError` is raised at once.
         """
         with self.lock:
+            if self.closed is not None:
+                raise self.closed
             if self._mem_waiters or self.used + nbytes > self.buffer_memory:
                 self._reserve_now(nbytes)
             else:
@@ -542,6 +546,8 @@ class Accumulator:
     def _reserve_now(self, nbytes: int) -> None:
         """The slow path of :meth:`append_record` (under ``lock``, which it releases while
         blocked)."""
+        if self.closed is not None:
+            raise self.closed
         if self._loop is None or threading.get_ident() == self._loop_thread:
             raise BufferExhaustedError(
                 f"no buffer memory for {nbytes} bytes now "
@@ -552,6 +558,9 @@ class Accumulator:
             self.reserve_blocking(nbytes)
         finally:
             self.lock.acquire()
+        if self.closed is not None:
+            self.release(nbytes)
+            raise self.closed
 
     def append_many(
         self,
@@ -758,6 +767,13 @@ class Accumulator:
                 dq.clear()
         for batch in batches:
             self.fail(batch, exc)
+
+    def close_appends(self, exc: BaseException) -> None:
+        """Refuse every later append with ``exc`` (the producer closed or died), so a record
+        appended by another thread cannot land after the final :meth:`fail_all`."""
+        with self.lock:
+            if self.closed is None:
+                self.closed = exc
 
     def fail_all(self, exc: BaseException) -> None:
         """Fail every batch not yet completed (queued or in flight). On the loop."""

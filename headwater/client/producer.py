@@ -278,6 +278,7 @@ class AsyncProducer:
                 reason.__cause__ = exc
             self._dead = reason
             if self._acc is not None:
+                self._acc.close_appends(reason)
                 self._acc.fail_all(reason)
 
     async def __aenter__(self) -> AsyncProducer:
@@ -321,6 +322,9 @@ class AsyncProducer:
                 await self.flush(timeout_s)
         finally:
             self._closed = True
+            if self._acc is not None:
+                # appends racing with close (other threads' produce) fail from here on
+                self._acc.close_appends(ProducerClosedError("producer is closed"))
             if self._sender is not None:
                 await self._sender.close(timeout_s)
             if self._sender_task is not None and not self._sender_task.done():

@@ -15,7 +15,7 @@ import pytest
 from headwater.batch import Compression, decode_batches
 from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, ProducerBatch
 from headwater.client.consumer import AsyncConsumer
-from headwater.client.errors import BufferExhaustedError
+from headwater.client.errors import BufferExhaustedError, ProducerClosedError
 from headwater.client.record_future import RecordFuture
 from headwater.client.sync import AdminClient, Producer
 from headwater.client.types import RecordMetadata, TopicPartition
@@ -288,3 +288,14 @@ def test_blocking_send_from_several_threads(cluster: Any) -> None:
         assert [m.offset for m in ms] == sorted(m.offset for m in ms)
         for i, m in enumerate(ms):
             assert at[(m.partition, m.offset)] == f"{t}:{i}".encode()
+
+
+def test_appends_after_close_are_refused(lt: LoopThread) -> None:
+    acc = make_acc(lt)
+    f = acc.append_record(TP, b"x", None, None, 1, 13, None)
+    acc.close_appends(ProducerClosedError("producer is closed"))
+    with pytest.raises(ProducerClosedError):
+        acc.append_record(TP, b"y", None, None, 1, 13, None)
+    lt.call(acc.fail_all, ProducerClosedError("closed before delivery"))
+    assert isinstance(f.exception(1), ProducerClosedError)
+    assert acc.used == 0
