@@ -524,7 +524,7 @@ class AsyncProducer:
                     partition = self.partitioner(key, n, topic)
             else:
                 partition = self.partitioner(key, n, topic)
-        elif not 0 <= partition < n:
+        if not 0 <= partition < n:  # an explicit partition, or a custom partitioner's
             raise errors.UnknownTopicOrPartitionError(
                 f"partition {partition} of {topic!r} does not exist ({n} partitions)"
             )

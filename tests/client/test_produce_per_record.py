@@ -19,7 +19,7 @@ from headwater.client.errors import BufferExhaustedError, ProducerClosedError
 from headwater.client.record_future import RecordFuture
 from headwater.client.sync import AdminClient, Producer
 from headwater.client.types import RecordMetadata, TopicPartition
-from headwater.errors import NotLeaderOrFollowerError
+from headwater.errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -299,3 +299,15 @@ def test_appends_after_close_are_refused(lt: LoopThread) -> None:
     lt.call(acc.fail_all, ProducerClosedError("closed before delivery"))
     assert isinstance(f.exception(1), ProducerClosedError)
     assert acc.used == 0
+
+
+def test_produce_refuses_a_partition_out_of_range_and_buffers_nothing(cluster: Any) -> None:
+    topic = "per-record-range"
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topic(topic, 2)
+    with Producer(cluster.bootstrap, acks=1, partitioner=lambda _k, _n, _t: -1) as p:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            p.send(topic, b"x", key=b"k")  # the custom partitioner's -1
+        with pytest.raises(UnknownTopicOrPartitionError):
+            p.send(topic, b"x", partition=2)
+        assert p.send(topic, b"ok", partition=1).result(30).offset == 0
