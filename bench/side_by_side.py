@@ -13,7 +13,7 @@ confluent-kafka) and, for Headwater, the fraction of the ceilings; then the issu
 with their verdicts.
 
     python bench/side_by_side.py [--systems headwater,kafka,nats,redis] [--quick] [--no-rf3]
-                                 [--max-seconds 30] [--out-dir DIR]
+                                 [--max-seconds 30] [--out-dir DIR] [--only "produce-max"]
     python bench/side_by_side.py --report DIR/rows.jsonl DIR/ceilings.json   # table only
 """
 
@@ -94,7 +94,12 @@ def _lat(r: Row) -> str:
     return " / ".join(f"{lat[q]:.1f}" if q in lat else "—" for q in ("p50", "p99", "p999"))
 
 
-_MODE = {"many": "send_many", "send": "send()"}
+_MODE = {
+    "many": "send_many",
+    "send": "send()",
+    "sync": "Producer.send()",
+    "produce": "produce()",
+}
 
 
 def _client(r: Row) -> str:
@@ -182,6 +187,33 @@ def _versus(hw: Row, k: Row) -> str:
     )
 
 
+def per_record_targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
+    """Issue 17: each per-record API (blocking ``Producer.send()``, asyncio ``produce()``)
+    against confluent-kafka's ``produce()`` on the same workload, in records/s."""
+    out: list[tuple[str, str, bool | None]] = []
+    for w in WORKLOADS:
+        if w.kind != "produce-max" or w.rf != 1:
+            continue
+        ck = _best(rows, "kafka", w.key, "python confluent-kafka")
+        for mode in ("sync", "produce"):
+            hw = [
+                r
+                for r in rows
+                if r.system == "headwater" and r.workload == w.key and r.extra.get("mode") == mode
+            ]
+            what = f"{w.key}: {_MODE[mode]} ≥ confluent-kafka produce() records/s"
+            if hw and ck:
+                h = hw[0]
+                got = (
+                    f"{h.records_per_sec:,.0f} vs {ck.records_per_sec:,.0f} rec/s: "
+                    f"{h.records_per_sec / ck.records_per_sec:.2f}x"
+                )
+                out.append((what, got, h.records_per_sec >= ck.records_per_sec))
+            elif hw or ck:
+                out.append((what, "not measured", None))
+    return out
+
+
 def targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
     """The issue's targets: (what, measured, met?) — None when a side is missing."""
     out: list[tuple[str, str, bool | None]] = []
@@ -204,6 +236,7 @@ def targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
             out.append((what, got, hw.mb_per_sec >= k.mb_per_sec))
         else:
             out.append((what, "not measured", None))
+    out += per_record_targets(rows)
     e2e = [
         r
         for r in rows
@@ -257,6 +290,9 @@ def main() -> None:
     p.add_argument("--no-rf3", action="store_true")
     p.add_argument("--max-seconds", type=float, default=30)
     p.add_argument("--out-dir", type=Path)
+    p.add_argument(
+        "--only", default="", help="run only workloads whose key contains this (every system)"
+    )
     p.add_argument("--system-timeout", type=float, default=1800)
     p.add_argument("--report", nargs=2, type=Path, metavar=("ROWS", "CEILINGS"))
     args = p.parse_args()
@@ -274,6 +310,7 @@ def main() -> None:
     flags = ["--max-seconds", str(args.max_seconds)]
     flags += ["--quick"] if args.quick else []
     flags += ["--no-rf3"] if args.no_rf3 else []
+    flags += ["--only", args.only] if args.only else []
     exits = {
         s: run_system(s, rows_path, flags, args.system_timeout) for s in args.systems.split(",")
     }

@@ -13,11 +13,14 @@ Clients:
 
 * ``client="headwater bench"``: the ``headwater bench`` command (headwater/cli/bench.py) in its own
   process. ``produce-max`` with ``--mode many`` (the bulk API, ``send_many`` of 10,000 records);
-  for 1 partition and acks=1 also a row with ``--mode send`` (one ``send()`` per record, as
-  Kafka's ProducerPerformance does; ``note`` says which). ``consume`` reads the topic of the
-  matching acks=1 ``produce-max`` row from the start, ``--decode values`` (every record's value as
-  a Python ``bytes``). ``produce-fixed``: ``--mode send --throughput`` (records/s for 10 MB/s),
-  every ack's latency sampled.
+  for 1 partition and acks=1 also a row with ``--mode send`` (one awaited ``send()`` per
+  record, as Kafka's ProducerPerformance does; ``note`` says which); for every RF=1 row also
+  ``--mode sync`` (the blocking ``Producer.send()`` per record, the README's API) and
+  ``--mode produce`` (the asyncio producer's non-awaiting ``produce()`` per record): the
+  per-record rows compared with confluent-kafka's ``produce()`` (issue 17). ``consume``
+  reads the topic of the matching acks=1 ``produce-max`` row from the start, ``--decode
+  values`` (every record's value as a Python ``bytes``). ``produce-fixed``: ``--mode send
+  --throughput`` (records/s for 10 MB/s), every ack's latency sampled.
 * ``client="python headwater"``: ``e2e`` with the client library directly: a producer process
   (``AsyncProducer.send`` per record, paced by :class:`common.Pacer`, each value
   :func:`common.stamp`-ed) and a consumer process (``AsyncConsumer.poll_batches``, one
@@ -89,6 +92,10 @@ E2E_LINGER_MS = 0.0
 LATENCY_LINGERS_MS = (0.0, 2.0, 5.0)
 
 
+#: the per-record APIs measured on every RF=1 produce-max workload (issue 17)
+PER_RECORD_MODES = ("sync", "produce")
+
+
 def _topic(w: Workload, suffix: str = "") -> str:
     return f"{w.kind}-p{w.partitions}-{w.record_size}-acks{w.acks}-rf{w.rf}{suffix}"
 
@@ -120,7 +127,7 @@ def _acks(w: Workload) -> str:
 def produce_max(
     bootstrap: str, w: Workload, n: int, max_s: float, mode: str = "many"
 ) -> tuple[Row, str]:
-    topic = _topic(w, "" if mode == "many" else "-send")
+    topic = _topic(w, "" if mode == "many" else f"-{mode}")
     res = _bench(
         bootstrap,
         max_s + 300,
@@ -144,11 +151,14 @@ def produce_max(
         "--warmup-records",
         str(n // 10),
     )
-    note = (
-        "send_many() of 10,000 records per call (bulk API); ack latency per call"
-        if mode == "many"
-        else "one send() per record; ack latency of every 64th record"
-    ) + "; first 10% of records = warmup, left out"
+    note = {
+        "many": "send_many() of 10,000 records per call (bulk API); ack latency per call",
+        "send": "one awaited AsyncProducer.send() per record; ack latency of every 64th record",
+        "sync": "one blocking Producer.send() per record (lazy future each); ack latency of "
+        "every 64th record",
+        "produce": "one AsyncProducer.produce() per record, no await (lazy future each; the "
+        "loop yields every 1,024); ack latency of every 64th record",
+    }[mode] + "; first 10% of records = warmup, left out"
     row = Row.of(
         SYSTEM,
         "headwater bench",
@@ -432,6 +442,9 @@ def run_cluster(
                         topics[(w.partitions, w.record_size, w.rf)] = topic
                     if w.acks == "1" and w.partitions == 1 and w.rf == 1:
                         rows.append(produce_max(boot, w, n, max_s, mode="send")[0])
+                    if w.rf == 1:
+                        for mode in PER_RECORD_MODES:
+                            rows.append(produce_max(boot, w, n, max_s, mode=mode)[0])
                 elif w.kind == "consume":
                     n = common.record_count(w.record_size, quick)
                     src = topics.get((w.partitions, w.record_size, w.rf))

@@ -2,7 +2,11 @@
 
 produce ``--mode many`` hands the producer ``--chunk`` records per ``send_many`` call (the
 bulk API; latency is measured per call: from the call to the acknowledgement of its last
-batch). ``--mode send`` calls ``send()`` per record; latency is sampled on every 64th record.
+batch). ``--mode send`` awaits ``AsyncProducer.send()`` per record; ``--mode produce`` calls
+the non-awaiting ``AsyncProducer.produce()`` per record (yielding to the loop every 1,024
+records, as a confluent-kafka loop calls ``poll(0)``; buffer full, it awaits ``send()``);
+``--mode sync`` calls the blocking ``Producer.send()`` per record from the main thread (the
+producer's loop runs in its own thread). Per-record modes sample latency on every 64th record.
 The payloads are a pool of random uppercase records reused across the run (generated before
 the clock starts).
 
@@ -24,13 +28,16 @@ import math
 import random
 import string
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from headwater.cli import common
 from headwater.client.admin import AsyncAdminClient
 from headwater.client.consumer import AsyncConsumer
+from headwater.client.errors import BufferExhaustedError
 from headwater.client.producer import AsyncProducer
+from headwater.client.sync import Producer
 from headwater.client.types import TopicPartition
 from headwater.errors import TopicAlreadyExistsError
 
@@ -49,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--linger-ms", type=float, default=5)
     pp.add_argument("--max-in-flight", type=int, default=5)
     pp.add_argument("--buffer-memory", type=int, default=64 * 1024 * 1024)
-    pp.add_argument("--mode", choices=["many", "send"], default="many")
+    pp.add_argument("--mode", choices=["many", "send", "produce", "sync"], default="many")
     pp.add_argument("--chunk", type=int, default=10_000, help="records per send_many call")
     pp.add_argument("--partitions", type=int, default=1, help="if the topic must be created")
     pp.add_argument(
@@ -117,8 +124,88 @@ async def _pace(at: float, loop: asyncio.AbstractEventLoop) -> None:
         await asyncio.sleep(delay)
 
 
+def _producer_config(args: argparse.Namespace) -> dict[str, object]:
+    return dict(
+        acks=args.acks,
+        batch_size=args.batch_size,
+        linger_ms=args.linger_ms,
+        compression_type=args.compression,
+        max_in_flight=args.max_in_flight,
+        buffer_memory=max(args.buffer_memory, args.batch_size),
+        client_id="headwater-bench",
+    )
+
+
+def _result(counted: int, size: int, elapsed: float, latencies: list[float]) -> dict[str, float]:
+    lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
+    return {
+        "records": counted,
+        "seconds": round(elapsed, 3),
+        "records_per_sec": counted / elapsed,
+        "mb_per_sec": counted * size / elapsed / 1e6,
+        "latency_avg_ms": float(lat.mean()),
+        "latency_max_ms": float(lat.max()),
+        "latency_p50_ms": float(np.percentile(lat, 50)),
+        "latency_p99_ms": float(np.percentile(lat, 99)),
+        "latency_p999_ms": float(np.percentile(lat, 99.9)),
+    }
+
+
+def _stamp_sync(latencies: list[float], t0: float, keep: bool) -> Callable[[object], None]:
+    def done(_f: object) -> None:
+        if keep:
+            latencies.append(time.monotonic() - t0)
+
+    return done
+
+
+def _produce_sync(args: argparse.Namespace) -> dict[str, float]:
+    """``--mode sync``: the blocking facade's ``send()`` per record, in this thread."""
+    n, size = args.num_records, args.record_size
+    pool = _payloads(size)
+    npool = len(pool)
+    latencies: list[float] = []
+    warmup = max(0, min(args.warmup_records, n - 1))
+    clock = time.monotonic
+    with Producer(common.bootstrap(args), **_producer_config(args)) as p:
+        p.send_many(args.topic, pool[:10]).result(60)  # metadata and connections
+        p.flush()
+        gc.freeze()
+        rate = args.throughput if args.throughput > 0 else 0.0
+        deadline = math.inf if args.max_seconds <= 0 else clock() + args.max_seconds
+        send, topic = p.send, args.topic
+        futures = []
+        sent = 0
+        start = clock()
+        measured_from = (start, 0)
+        every = 1 if rate else 64
+        while sent < n:
+            if sent & 1023 == 0:
+                if clock() >= deadline:
+                    break
+                if rate:
+                    wait = start + sent / rate - clock()
+                    if wait > 0:
+                        time.sleep(wait)
+            fut = send(topic, pool[sent % npool])
+            if sent % every == 0:
+                fut.add_done_callback(_stamp_sync(latencies, clock(), sent >= warmup))
+                futures.append(fut)
+            sent += 1
+            if sent == warmup:
+                measured_from = (clock(), sent)
+        p.flush()
+        elapsed = clock() - measured_from[0]
+        for f in futures:
+            f.result()
+    return _result(sent - measured_from[1], size, elapsed, latencies)
+
+
 async def produce(args: argparse.Namespace) -> int:
     await _ensure_topic(args)
+    if args.mode == "sync":
+        _report(args, _produce_sync(args))
+        return 0
     n, size = args.num_records, args.record_size
     pool = _payloads(size)
     latencies: list[float] = []
@@ -128,16 +215,7 @@ async def produce(args: argparse.Namespace) -> int:
     def stamp(t0: float, keep: bool = True) -> object:
         return lambda _f: latencies.append(loop.time() - t0) if keep else None
 
-    async with AsyncProducer(
-        common.bootstrap(args),
-        acks=args.acks,
-        batch_size=args.batch_size,
-        linger_ms=args.linger_ms,
-        compression_type=args.compression,
-        max_in_flight=args.max_in_flight,
-        buffer_memory=max(args.buffer_memory, args.batch_size),
-        client_id="headwater-bench",
-    ) as p:
+    async with AsyncProducer(common.bootstrap(args), **_producer_config(args)) as p:  # type: ignore[arg-type]
         await p.send_many(args.topic, pool[:10])  # warm up metadata and connections
         await p.flush()
         gc.freeze()  # what exists now is never garbage: no full-collection pauses over it
@@ -160,6 +238,30 @@ async def produce(args: argparse.Namespace) -> int:
                 futures.append(fut)  # type: ignore[arg-type]
                 sent += len(part)
                 if warmup and sent - len(part) < warmup <= sent:
+                    measured_from = (loop.time(), sent)
+        elif args.mode == "produce":
+            produce_one, send_one = p.produce, p.send
+            topic = args.topic
+            npool = len(pool)
+            every = 1 if rate else 64
+            while sent < n:
+                if sent & 1023 == 0:
+                    if loop.time() >= deadline:
+                        break
+                    if rate:
+                        await _pace(start + sent / rate, loop)
+                    else:
+                        await asyncio.sleep(0)  # let the sender run (poll(0) in librdkafka)
+                value = pool[sent % npool]
+                try:
+                    fut3: object = produce_one(topic, value)
+                except BufferExhaustedError:
+                    fut3 = await send_one(topic, value)  # waits for buffer memory
+                if sent % every == 0:
+                    fut3.add_done_callback(stamp(loop.time(), sent >= warmup))  # type: ignore[attr-defined]
+                    futures.append(fut3)  # type: ignore[arg-type]
+                sent += 1
+                if sent == warmup:
                     measured_from = (loop.time(), sent)
         else:
             send = p.send
@@ -185,21 +287,7 @@ async def produce(args: argparse.Namespace) -> int:
         counted = sent - measured_from[1]
         for f in futures:
             f.result()
-    lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
-    _report(
-        args,
-        {
-            "records": counted,
-            "seconds": round(elapsed, 3),
-            "records_per_sec": counted / elapsed,
-            "mb_per_sec": counted * size / elapsed / 1e6,
-            "latency_avg_ms": float(lat.mean()),
-            "latency_max_ms": float(lat.max()),
-            "latency_p50_ms": float(np.percentile(lat, 50)),
-            "latency_p99_ms": float(np.percentile(lat, 99)),
-            "latency_p999_ms": float(np.percentile(lat, 99.9)),
-        },
-    )
+    _report(args, _result(counted, size, elapsed, latencies))
     return 0
 
 

@@ -1,8 +1,12 @@
 """The producer's record accumulator: per-partition column lists, sealed into batches.
 
-Ownership: one :class:`Accumulator` belongs to one producer and is touched only from that
-producer's event loop (no locks). ``send``/``send_many`` append; the sender drains, then
-reports each batch's fate with :meth:`Accumulator.complete` or :meth:`Accumulator.fail`.
+Ownership: one :class:`Accumulator` belongs to one producer and its event loop. Its state is
+guarded by ``lock`` (a re-entrant lock), so records may also be appended from other threads
+(:meth:`Accumulator.append_record`, the per-record path of ``AsyncProducer.produce`` and the
+blocking ``Producer.send``): the caller's thread appends under the lock and the loop is woken
+(``call_soon_threadsafe``) only when a batch is sealed or a new batch starts its linger, never
+per record. ``send``/``send_many`` append on the loop; the sender drains, then reports each
+batch's fate with :meth:`Accumulator.complete` or :meth:`Accumulator.fail` (on the loop).
 
 Per partition there is a FIFO deque of :class:`ProducerBatch`; only the last one may be open
 (accepting records). A batch keeps *columns* — ``values``, ``keys`` (created lazily, None while
@@ -15,7 +19,10 @@ senders are blocked waiting for buffer memory. Buffer memory is the sum of the e
 of the records not yet completed; :meth:`reserve` blocks (FIFO) while it would exceed
 ``buffer_memory`` and raises :class:`BufferExhaustedError` after ``max_block_ms``.
 
-Waiters: each batch holds ``(start, count, target)`` triples — ``target`` is an
+Waiters: records appended with :meth:`append_record` get a
+:class:`headwater.client.record_future.RecordFuture` (the batch's :class:`BatchOutcome` and the
+record's index: nothing per record until someone looks). Besides, each batch holds
+``(start, count, target)`` triples — ``target`` is an
 ``asyncio.Future`` for one record (``send``) or a :class:`Group` (a ``send_many`` call that
 may span several batches and partitions). Record ``i`` of a batch acknowledged at base offset
 ``B`` has offset ``B + i``.
@@ -24,6 +31,8 @@ may span several batches and partitions). Record ``i`` of a batch acknowledged a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -32,6 +41,7 @@ from typing import Any, Protocol
 from headwater import timeouts
 from headwater.batch import Compression, encode_batch
 from headwater.client.errors import BufferExhaustedError, DeliveryTimeoutError
+from headwater.client.record_future import BatchOutcome, RecordCallback, RecordFuture
 from headwater.client.types import GroupMetadata, PartitionRange, RecordMetadata, TopicPartition
 from headwater.errors import MessageTooLargeError
 
@@ -108,6 +118,7 @@ class ProducerBatch:
         "headers",
         "keys",
         "nbytes",
+        "outcome",
         "reserved",
         "retry_at",
         "sealed",
@@ -136,6 +147,7 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.done = done
         self.base_seq = -1  # idempotence: assigned at drain time, kept across retries
+        self.outcome = BatchOutcome(tp, self.timestamp_at)
 
     def _add_timestamps(self, ts: int, n: int) -> None:
         if self.timestamps is None:
@@ -272,14 +284,41 @@ class Accumulator:
         #: told of every failed batch (the transaction manager's abortable-error hook)
         self.on_fail: Callable[[ProducerBatch, BaseException], None] | None = None
         self._wake_pending = False
+        #: guards every field above; taken by the loop and by threads appending records
+        self.lock = threading.RLock()
+        #: set by :meth:`close_appends`: every later append raises it
+        self.closed: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        with contextlib.suppress(RuntimeError):  # else bound by the first open_batch
+            self.bind_loop(asyncio.get_running_loop())
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop (and its thread) that drains this accumulator."""
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+
+    def on_loop_thread(self) -> bool:
+        return self._loop is None or threading.get_ident() == self._loop_thread
+
+    def _wake(self) -> None:
+        """Call ``wakeup`` on the loop (directly when already there)."""
+        if self._loop is None or threading.get_ident() == self._loop_thread:
+            self.wakeup()
+        else:
+            self._loop.call_soon_threadsafe(self._call_wakeup)
+
+    def _call_wakeup(self) -> None:
+        self.wakeup()
 
     # ------------------------------------------------------------ memory
 
     def try_reserve(self, nbytes: int) -> bool:
-        if not self._mem_waiters and self.used + nbytes <= self.buffer_memory:
-            self.used += nbytes
-            return True
-        return False
+        with self.lock:
+            if not self._mem_waiters and self.used + nbytes <= self.buffer_memory:
+                self.used += nbytes
+                return True
+            return False
 
     async def reserve(self, nbytes: int) -> None:
         """Take ``nbytes`` of buffer memory, waiting (FIFO) up to ``max_block_ms``."""
@@ -287,34 +326,66 @@ class Accumulator:
             raise MessageTooLargeError(
                 f"{nbytes} bytes of records exceed buffer_memory={self.buffer_memory}"
             )
-        if self.try_reserve(nbytes):
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._mem_waiters.append((nbytes, fut))
-        self.wakeup()  # blocked writers make every batch ready
+        with self.lock:
+            if self.try_reserve(nbytes):
+                return
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._mem_waiters.append((nbytes, fut))
+        self._wake()  # blocked writers make every batch ready
         try:
             await timeouts.wait_for(asyncio.shield(fut), self.max_block)
         except TimeoutError:
             if fut.done() and not fut.cancelled():
                 return  # granted at the same moment the wait timed out
-            fut.cancel()
-            self._grant()
+            with self.lock:
+                fut.cancel()
+                self._grant()
             raise BufferExhaustedError(
                 f"waited {self.max_block * 1000:.0f} ms for {nbytes} bytes of buffer memory "
                 f"({self.used}/{self.buffer_memory} in use)"
             ) from None
         except BaseException:
-            if fut.done() and not fut.cancelled():
-                self.used -= nbytes
-            fut.cancel()
-            self._grant()
+            with self.lock:
+                if fut.done() and not fut.cancelled():
+                    self.used -= nbytes
+                fut.cancel()
+                self._grant()
             raise
 
+    def reserve_blocking(self, nbytes: int) -> None:
+        """:meth:`reserve` for a thread other than the loop's: blocks the calling thread (FIFO
+        with the loop's waiters) up to ``max_block_ms``, then :class:`BufferExhaustedError`."""
+        if nbytes > self.buffer_memory:
+            raise MessageTooLargeError(
+                f"{nbytes} bytes of records exceed buffer_memory={self.buffer_memory}"
+            )
+        with self.lock:
+            if self.try_reserve(nbytes):
+                return
+            waiter = _ThreadWaiter()
+            self._mem_waiters.append((nbytes, waiter))  # type: ignore[arg-type]
+        self._wake()  # blocked writers make every batch ready
+        if waiter.event.wait(self.max_block):
+            waiter.check()
+            return
+        with self.lock:
+            if waiter.event.is_set():
+                waiter.check()
+                return  # granted at the same moment the wait timed out
+            waiter.cancel()
+            self._grant()
+        raise BufferExhaustedError(
+            f"waited {self.max_block * 1000:.0f} ms for {nbytes} bytes of buffer memory "
+            f"({self.used}/{self.buffer_memory} in use)"
+        )
+
     def release(self, nbytes: int) -> None:
-        self.used -= nbytes
-        self._grant()
+        with self.lock:
+            self.used -= nbytes
+            self._grant()
 
     def _grant(self) -> None:
+        # under self.lock
         while self._mem_waiters:
             need, fut = self._mem_waiters[0]
             if fut.done():
@@ -333,20 +404,26 @@ class Accumulator:
     # ------------------------------------------------------------ appending
 
     def open_batch(self, tp: TopicPartition) -> ProducerBatch:
-        """The batch accepting records for ``tp`` (created if needed)."""
+        """The batch accepting records for ``tp`` (created if needed). Under ``lock``."""
         dq = self.queues.get(tp)
         if dq is None:
             dq = self.queues[tp] = deque()
         if dq and not dq[-1].sealed:
             return dq[-1]
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = asyncio.get_running_loop()
+            self.bind_loop(loop)
         batch = ProducerBatch(tp, self.clock(), loop.create_future())
         dq.append(batch)
         self.incomplete.add(batch)
         if not self._wake_pending:
             # a new batch has a linger deadline the sender must learn about
             self._wake_pending = True
-            loop.call_soon(self._deferred_wake)
+            if threading.get_ident() == self._loop_thread:
+                loop.call_soon(self._deferred_wake)
+            else:
+                loop.call_soon_threadsafe(self._deferred_wake)
         return batch
 
     def _deferred_wake(self) -> None:
@@ -355,27 +432,36 @@ class Accumulator:
 
     def room(self, tp: TopicPartition) -> int:
         """Bytes the open batch of ``tp`` can still take (``batch_size`` if none is open)."""
-        dq = self.queues.get(tp)
-        if dq and not dq[-1].sealed:
-            return self.batch_size - dq[-1].nbytes
-        return self.batch_size - BATCH_OVERHEAD
+        with self.lock:
+            dq = self.queues.get(tp)
+            if dq and not dq[-1].sealed:
+                return self.batch_size - dq[-1].nbytes
+            return self.batch_size - BATCH_OVERHEAD
 
     def has_open_records(self, tp: TopicPartition) -> bool:
-        dq = self.queues.get(tp)
-        return bool(dq) and not dq[-1].sealed and dq[-1].count > 0  # type: ignore[index]
+        with self.lock:
+            dq = self.queues.get(tp)
+            return bool(dq) and not dq[-1].sealed and dq[-1].count > 0  # type: ignore[index]
 
     def seal(self, batch: ProducerBatch) -> None:
+        """Close ``batch`` to appends and wake the sender. Under ``lock``."""
         if batch.sealed:
             return
         batch.sealed = True
         if self._on_sealed is not None:
             self._on_sealed(batch.tp.topic, batch.tp.partition)
-        self.wakeup()
+        self._wake()
 
     def seal_open(self, tp: TopicPartition) -> None:
-        dq = self.queues.get(tp)
-        if dq and not dq[-1].sealed and dq[-1].count:
-            self.seal(dq[-1])
+        with self.lock:
+            dq = self.queues.get(tp)
+            if dq and not dq[-1].sealed and dq[-1].count:
+                self.seal(dq[-1])
+
+    def incomplete_done(self) -> list[asyncio.Future[None]]:
+        """The ``done`` futures of every batch not yet completed (a snapshot)."""
+        with self.lock:
+            return [b.done for b in self.incomplete]
 
     def append(
         self,
@@ -388,17 +474,93 @@ class Accumulator:
         target: Any,
     ) -> bool:
         """Add one record (its ``nbytes`` already reserved); True when a batch was sealed."""
-        sealed = False
-        batch = self.open_batch(tp)
-        if batch.count and batch.nbytes + nbytes > self.batch_size:
-            self.seal(batch)
-            sealed = True
+        with self.lock:
+            sealed = False
             batch = self.open_batch(tp)
-        batch.append(value, key, headers, ts, nbytes, target)
-        if batch.nbytes + nbytes > self.batch_size:
-            self.seal(batch)  # the next record of this size would not fit
-            sealed = True
-        return sealed
+            if batch.count and batch.nbytes + nbytes > self.batch_size:
+                self.seal(batch)
+                sealed = True
+                batch = self.open_batch(tp)
+            batch.append(value, key, headers, ts, nbytes, target)
+            if batch.nbytes + nbytes > self.batch_size:
+                self.seal(batch)  # the next record of this size would not fit
+                sealed = True
+            return sealed
+
+    def append_record(
+        self,
+        tp: TopicPartition,
+        value: Any,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        ts: int,
+        nbytes: int,
+        callback: RecordCallback | None,
+    ) -> RecordFuture:
+        """Reserve ``nbytes`` and add one record, from any thread; its lazy future.
+
+        Buffer memory short: a thread other than the loop's waits up to ``max_block_ms``
+        (:meth:`reserve_blocking`); on the loop (which cannot wait here)
+        :class:`BufferExhaustedError` is raised at once.
+        """
+        with self.lock:
+            if self.closed is not None:
+                raise self.closed
+            if self._mem_waiters or self.used + nbytes > self.buffer_memory:
+                self._reserve_now(nbytes)
+            else:
+                self.used += nbytes
+            dq = self.queues.get(tp)
+            batch = dq[-1] if dq else None
+            if batch is None or batch.sealed:
+                batch = self.open_batch(tp)
+            elif batch.nbytes + nbytes > self.batch_size and batch.count:
+                self.seal(batch)
+                batch = self.open_batch(tp)
+            i = batch.count
+            if batch.timestamps is not None:
+                batch.timestamps.append(ts)
+            elif ts != batch.ts_uniform:
+                batch._add_timestamps(ts, 1)
+            batch.values.append(value)
+            if key is not None or batch.keys is not None:
+                if batch.keys is None:
+                    batch.keys = [None] * i
+                batch.keys.append(key)
+            if headers or batch.headers is not None:
+                if batch.headers is None:
+                    batch.headers = [()] * i
+                batch.headers.append(headers or ())
+            batch.count = i + 1
+            batch.nbytes += nbytes
+            batch.reserved += nbytes
+            outcome = batch.outcome
+            if callback is not None:
+                if outcome.record_callbacks is None:
+                    outcome.record_callbacks = []
+                outcome.record_callbacks.append((i, callback))
+            if batch.nbytes + nbytes > self.batch_size:
+                self.seal(batch)  # the next record of this size would not fit
+        return RecordFuture(outcome, i)
+
+    def _reserve_now(self, nbytes: int) -> None:
+        """The slow path of :meth:`append_record` (under ``lock``, which it releases while
+        blocked)."""
+        if self.closed is not None:
+            raise self.closed
+        if self._loop is None or threading.get_ident() == self._loop_thread:
+            raise BufferExhaustedError(
+                f"no buffer memory for {nbytes} bytes now "
+                f"({self.used}/{self.buffer_memory} in use): await send() or flush()"
+            )
+        self.lock.release()
+        try:
+            self.reserve_blocking(nbytes)
+        finally:
+            self.lock.acquire()
+        if self.closed is not None:
+            self.release(nbytes)
+            raise self.closed
 
     def append_many(
         self,
@@ -411,11 +573,12 @@ class Accumulator:
         group: Group,
     ) -> None:
         """Add a run of records that the caller sized to fit :meth:`room` (already reserved)."""
-        batch = self.open_batch(tp)
-        group.add_piece()
-        batch.append_many(values, keys, headers, ts, nbytes, group)
-        if batch.nbytes >= self.batch_size - RECORD_OVERHEAD:
-            self.seal(batch)
+        with self.lock:
+            batch = self.open_batch(tp)
+            group.add_piece()
+            batch.append_many(values, keys, headers, ts, nbytes, group)
+            if batch.nbytes >= self.batch_size - RECORD_OVERHEAD:
+                self.seal(batch)
 
     # ------------------------------------------------------------ draining
 
@@ -431,7 +594,8 @@ class Accumulator:
 
         Returns (batches by leader id, the clock time of the next linger/backoff deadline or
         None, whether some partition with data has no known leader). Expired batches
-        (``delivery_timeout_ms``) are failed here. Batches are encoded on the way out.
+        (``delivery_timeout_ms``) are failed here. Batches are encoded on the way out, after
+        ``lock`` is released; ``max_request_size`` counts a fresh batch by its estimated size.
 
         ``producer`` (idempotent producers): a partition is taken only when
         ``producer.may_send(tp)`` (e.g. it was added to the transaction), at most
@@ -441,6 +605,26 @@ class Accumulator:
         An expired batch that already has a sequence is reported to
         ``producer.expired_sequenced`` (its outcome is unknown).
         """
+        with self.lock:
+            out, next_at, unknown = self._drain(
+                leader_of, can_send, muted, max_request_size, producer
+            )
+        # encoded outside the lock (appending threads need not wait): a drained batch is
+        # sealed and out of its queue, only this loop touches it
+        fields = producer.fields if producer is not None else None
+        for taken in out.values():
+            for b in taken:
+                b.encode(self.compression, fields)
+        return out, next_at, unknown
+
+    def _drain(
+        self,
+        leader_of: Callable[[TopicPartition], int],
+        can_send: Callable[[int], bool],
+        muted: set[TopicPartition],
+        max_request_size: int,
+        producer: Producing | None,
+    ) -> tuple[dict[int, list[ProducerBatch]], float | None, bool]:
         now = self.clock()
         force = self.flushing > 0 or bool(self._mem_waiters)
         out: dict[int, list[ProducerBatch]] = {}
@@ -498,16 +682,13 @@ class Accumulator:
                     break  # the open tail keeps filling until it is due
                 if not b.sealed:
                     self.seal(b)
-                if producer is None:
-                    b.encode(self.compression)
-                else:
-                    if b.base_seq < 0:
-                        b.base_seq = producer.assign(tp, b.count)
-                    b.encode(self.compression, producer.fields)
+                if producer is not None and b.base_seq < 0:
+                    b.base_seq = producer.assign(tp, b.count)
                 dq.popleft()
                 taken.append(b)
                 n += 1
-                size += len(b.encoded or b"")
+                # the size once encoded (a retry), else the estimate (encoded after the lock)
+                size += len(b.encoded) if b.encoded is not None else b.nbytes
             sizes[leader] = size
         for tp in empty:
             if not self.queues[tp]:
@@ -520,19 +701,20 @@ class Accumulator:
         A batch with a sequence goes before every queued batch with a later sequence or none,
         so retries of an idempotent producer always resend in sequence order.
         """
-        batch.attempts += 1
-        batch.retry_at = retry_at
-        dq = self.queues.get(batch.tp)
-        if dq is None:
-            dq = self.queues[batch.tp] = deque()
-        if batch.base_seq < 0:
-            dq.appendleft(batch)
-        else:
-            i = 0
-            while i < len(dq) and 0 <= dq[i].base_seq < batch.base_seq:
-                i += 1
-            dq.insert(i, batch)
-        self.wakeup()
+        with self.lock:
+            batch.attempts += 1
+            batch.retry_at = retry_at
+            dq = self.queues.get(batch.tp)
+            if dq is None:
+                dq = self.queues[batch.tp] = deque()
+            if batch.base_seq < 0:
+                dq.appendleft(batch)
+            else:
+                i = 0
+                while i < len(dq) and 0 <= dq[i].base_seq < batch.base_seq:
+                    i += 1
+                dq.insert(i, batch)
+        self._wake()
 
     def expired(self, batch: ProducerBatch) -> bool:
         return self.clock() - batch.created >= self.delivery_timeout
@@ -540,28 +722,36 @@ class Accumulator:
     # ------------------------------------------------------------ completion
 
     def complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int = -1) -> None:
-        """Resolve every waiter of ``batch`` (``base_offset`` -1 for acks=0)."""
+        """Resolve every waiter of ``batch`` (``base_offset`` -1 for acks=0). On the loop."""
         topic, partition = batch.tp
-        for start, count, target in batch.waiters:
+        waiters = batch.waiters
+        with self.lock:
+            self._finish(batch)
+        for start, count, target in waiters:
             off = base_offset + start if base_offset >= 0 else -1
             if isinstance(target, Group):
                 target.piece_done(PartitionRange(partition, off, count))
             elif not target.done():
                 ts = log_append_time if log_append_time >= 0 else batch.timestamp_at(start)
                 target.set_result(RecordMetadata(topic, partition, off, ts))
-        self._finish(batch)
+        batch.outcome.resolve(base_offset, log_append_time)
 
     def fail(self, batch: ProducerBatch, exc: BaseException) -> None:
-        if self.on_fail is not None and batch in self.incomplete:
-            self.on_fail(batch, exc)
-        for _start, _count, target in batch.waiters:
+        """Fail every waiter of ``batch`` with ``exc``. On the loop."""
+        waiters = batch.waiters
+        with self.lock:
+            if self.on_fail is not None and batch in self.incomplete:
+                self.on_fail(batch, exc)
+            self._finish(batch)
+        for _start, _count, target in waiters:
             if isinstance(target, Group):
                 target.fail(exc)
             elif not target.done():
                 target.set_exception(exc)
-        self._finish(batch)
+        batch.outcome.reject(exc)
 
     def _finish(self, batch: ProducerBatch) -> None:
+        # under self.lock
         if batch in self.incomplete:
             self.incomplete.discard(batch)
             batch.waiters = []
@@ -569,14 +759,66 @@ class Accumulator:
             if not batch.done.done():
                 batch.done.set_result(None)
 
-    def fail_all(self, exc: BaseException) -> None:
-        """Fail every batch not yet completed (queued or in flight)."""
-        for dq in self.queues.values():
-            dq.clear()
-        self.queues.clear()
-        for batch in list(self.incomplete):
+    def fail_queued(self, exc: BaseException) -> None:
+        """Fail every batch waiting in a queue (not the ones in flight). On the loop."""
+        with self.lock:
+            batches = [b for dq in self.queues.values() for b in dq]
+            for dq in self.queues.values():
+                dq.clear()
+        for batch in batches:
             self.fail(batch, exc)
-        for _need, fut in self._mem_waiters:
+
+    def close_appends(self, exc: BaseException) -> None:
+        """Refuse every later append with ``exc`` (the producer closed or died), so a record
+        appended by another thread cannot land after the final :meth:`fail_all`."""
+        with self.lock:
+            if self.closed is None:
+                self.closed = exc
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Fail every batch not yet completed (queued or in flight). On the loop."""
+        with self.lock:
+            for dq in self.queues.values():
+                dq.clear()
+            self.queues.clear()
+            batches = list(self.incomplete)
+            waiters = list(self._mem_waiters)
+            self._mem_waiters.clear()
+        for batch in batches:
+            self.fail(batch, exc)
+        for _need, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)
-        self._mem_waiters.clear()
+
+
+class _ThreadWaiter:
+    """A thread blocked in :meth:`Accumulator.reserve_blocking`: the slice of the asyncio
+    future interface ``_grant`` and ``fail_all`` use, over a ``threading.Event``."""
+
+    __slots__ = ("_cancelled", "error", "event")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.error: BaseException | None = None
+        self._cancelled = False
+
+    def done(self) -> bool:
+        return self.event.is_set() or self._cancelled
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def set_result(self, _value: None) -> None:
+        self.event.set()
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.error = exc
+        self.event.set()
+
+    def check(self) -> None:
+        """Raise the error the wait ended with (the producer failed), if any."""
+        if self.error is not None:
+            raise self.error

@@ -85,25 +85,26 @@ class StickyPartitioner:
     """
 
     def __init__(self, rng: random.Random | None = None) -> None:
-        self._sticky: dict[str, int] = {}
+        #: the sticky partition of each topic (read by the producer's fast path)
+        self.current: dict[str, int] = {}
         self._rng = rng or random.Random()
 
     def sticky_partition(self, topic: str, partition_count: int) -> int:
-        p = self._sticky.get(topic)
+        p = self.current.get(topic)
         if p is None or p >= partition_count:
             p = self._rng.randrange(partition_count)
-            self._sticky[topic] = p
+            self.current[topic] = p
         return p
 
     def on_batch_sealed(self, topic: str, partition: int, partition_count: int) -> None:
-        current = self._sticky.get(topic)
+        current = self.current.get(topic)
         if current is None or current != partition:
             return
         if partition_count <= 1:
-            self._sticky[topic] = 0
+            self.current[topic] = 0
             return
         nxt = self._rng.randrange(partition_count - 1)
-        self._sticky[topic] = nxt if nxt < current else nxt + 1
+        self.current[topic] = nxt if nxt < current else nxt + 1
 
     def keyed(self, key: bytes, partition_count: int) -> int:
         raise NotImplementedError

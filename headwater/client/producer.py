@@ -5,8 +5,18 @@ Usage::
     async with AsyncProducer("127.0.0.1:9092", acks="all") as p:
         fut = await p.send("events", b"value", key=b"k")     # returns at once (buffered)
         meta = await fut                                       # RecordMetadata on ack
+        for v in values:                                       # per record, no await:
+            p.produce("events", v, callback=on_ack)            # a lazy RecordFuture each
         group = await p.send_many("events", values)            # the bulk path: one future
         await group                                            # GroupMetadata
+
+``produce`` is the per-record call for tight loops (Kafka's ``send`` / confluent-kafka's
+``produce``): it does not await, may be called from any thread, appends the record to the
+accumulator under its lock and returns a :class:`headwater.client.record_future.RecordFuture`
+that costs nothing until looked at (it resolves from its batch's result). Buffer memory short:
+from another thread it blocks up to ``max_block_ms`` (then :class:`BufferExhaustedError`); on
+the producer's own loop it cannot wait and raises :class:`BufferExhaustedError` at once (await
+``send`` or ``flush`` then). The blocking facade's ``Producer.send`` is ``produce``.
 
 ``send`` does per record only: a partition choice, a size estimate and list appends.
 ``send_many`` hands the producer a whole list: sizes are computed with numpy, the list is
@@ -38,8 +48,9 @@ Transactions: ``transactional_id=...`` (and ``transaction_timeout_ms``) adds
 ``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
 ``commit_transaction``, ``abort_transaction`` (:mod:`headwater.client.transactions`).
 
-Threading: an AsyncProducer lives on the loop that first uses it; use
-:class:`headwater.client.sync.Producer` from other threads.
+Threading: an AsyncProducer lives on the loop that first uses it; ``produce`` may be called
+from any thread, every other method only on that loop (or use
+:class:`headwater.client.sync.Producer` from other threads).
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, Group, He
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.errors import BufferExhaustedError, ProducerClosedError
 from headwater.client.metadata import Metadata
+from headwater.client.record_future import RecordFuture
 from headwater.client.security import ClientSecurity
 from headwater.client.sender import Sender
 from headwater.client.types import GroupMetadata, RecordMetadata, TopicPartition
@@ -162,6 +174,8 @@ class AsyncProducer:
             if isinstance(self.partitioner, partitioners.StickyPartitioner)
             else None
         )
+        #: the sticky partitioner's current partition per topic (produce()'s fast path)
+        self._sticky_current = self._sticky.current if self._sticky is not None else None
         self._compression = Compression.parse(compression_type)
         self._cfg: dict[str, Any] = dict(
             batch_size=batch_size,
@@ -264,6 +278,7 @@ class AsyncProducer:
                 reason.__cause__ = exc
             self._dead = reason
             if self._acc is not None:
+                self._acc.close_appends(reason)
                 self._acc.fail_all(reason)
 
     async def __aenter__(self) -> AsyncProducer:
@@ -288,7 +303,7 @@ class AsyncProducer:
         if self._acc is None or self._sender is None:
             return
         acc = self._acc
-        pending = [b.done for b in acc.incomplete]
+        pending = acc.incomplete_done()
         if not pending:
             return
         acc.flushing += 1
@@ -307,6 +322,9 @@ class AsyncProducer:
                 await self.flush(timeout_s)
         finally:
             self._closed = True
+            if self._acc is not None:
+                # appends racing with close (other threads' produce) fail from here on
+                self._acc.close_appends(ProducerClosedError("producer is closed"))
             if self._sender is not None:
                 await self._sender.close(timeout_s)
             if self._sender_task is not None and not self._sender_task.done():
@@ -454,6 +472,102 @@ class AsyncProducer:
             # sends in a tight loop does not starve it until buffer memory runs out.
             await asyncio.sleep(0)
         return fut
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Sequence[Header] | None = None,
+        timestamp: int | None = None,
+        callback: Callback | None = None,
+    ) -> RecordFuture:
+        """Buffer one record without awaiting; its lazy :class:`RecordFuture`.
+
+        Callable from any thread once the producer is started (see the module docstring for
+        back-pressure). ``callback(metadata, exception)`` runs on the producer's loop when the
+        record's batch is done, in record order within a partition. The topic's metadata must
+        be known: from another thread this waits for it (``max_block_ms``); on the loop a
+        topic not yet seen raises :class:`BufferExhaustedError` (``await partitions_for()``
+        first).
+        """
+        acc = self._acc
+        if acc is None:
+            raise ProducerClosedError("producer not started: await start() first")
+        if self._dead is not None or self._closed:
+            self._check_open()
+        seq = self._seq
+        if seq is not None:
+            if seq.failed is not None:
+                raise seq.failed
+            if self._txn is not None:
+                self._txn.check_can_send()
+        tps = self._tps.get(topic)
+        if tps is None:
+            tps = self._partitions_from_any_thread(topic)
+        if type(value) is not bytes:
+            _check_bytes("value", value)
+        size = RECORD_OVERHEAD + (len(value) if value is not None else 0)
+        n = len(tps)
+        if key is not None:
+            if type(key) is not bytes:
+                _check_bytes("key", key)
+            size += len(key)
+        if headers:
+            size += sum(len(k) + (len(v) if v is not None else 0) + 12 for k, v in headers)
+        if partition is None:
+            sticky = self._sticky_current
+            if key is None and sticky is not None:
+                partition = sticky.get(topic)
+                if partition is None or partition >= n:
+                    partition = self.partitioner(key, n, topic)
+            else:
+                partition = self.partitioner(key, n, topic)
+        if not 0 <= partition < n:  # an explicit partition, or a custom partitioner's
+            raise errors.UnknownTopicOrPartitionError(
+                f"partition {partition} of {topic!r} does not exist ({n} partitions)"
+            )
+        if size > self.max_request_size:
+            raise errors.MessageTooLargeError(
+                f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}"
+            )
+        return acc.append_record(
+            tps[partition],
+            value,
+            key,
+            headers,
+            time.time_ns() // 1_000_000 if timestamp is None else timestamp,
+            size,
+            callback,
+        )
+
+    def _partitions_from_any_thread(self, topic: str) -> list[TopicPartition]:
+        """The topic's partitions from the metadata view, else waited for (another thread)."""
+        acc = self._acc
+        assert acc is not None and self._metadata is not None
+        info = self._metadata.view.topics.get(topic)
+        if info is not None:
+            tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
+            self._tps[topic] = tps
+            return tps
+        loop = acc._loop
+        if loop is None or acc.on_loop_thread():
+            raise BufferExhaustedError(
+                f"no metadata for topic {topic!r} yet: await partitions_for({topic!r}) first"
+            )
+        fut = asyncio.run_coroutine_threadsafe(self._partitions(topic), loop)
+        try:
+            return fut.result(self.max_block_ms / 1000 + 1)
+        except TimeoutError:
+            fut.cancel()
+            raise BufferExhaustedError(f"no metadata for topic {topic!r}") from None
+
+    async def partitions_for(self, topic: str) -> list[TopicPartition]:
+        """The topic's partitions (waiting up to ``max_block_ms`` for its metadata)."""
+        if self._sender_task is None:
+            await self.start()
+        return list(await self._partitions(topic))
 
     async def send_and_wait(self, topic: str, value: bytes | None, **kw: Any) -> RecordMetadata:
         return await (await self.send(topic, value, **kw))

@@ -1,11 +1,15 @@
 """Blocking facades: Producer, Consumer, AdminClient.
 
 Each facade owns a private event loop running in a daemon thread and the async client that
-lives on it; every call is shipped to that loop with ``run_coroutine_threadsafe`` and waited
-for. ``Producer.send`` returns a ``concurrent.futures.Future`` that resolves when the record
-is acknowledged (it does not wait for the ack itself). Facades are safe to call from several
-threads (calls are serialised through the loop). ``close()`` stops the loop and joins the
-thread; facades are context managers.
+lives on it; calls are shipped to that loop with ``run_coroutine_threadsafe`` and waited
+for — except ``Producer.send``, the per-record call, which is
+:meth:`AsyncProducer.produce` run in the caller's thread: the record is appended to the
+accumulator under its lock (no hop to the loop per record; the loop is woken when a batch
+fills or starts its linger) and a lazy :class:`~headwater.client.record_future.RecordFuture`
+is returned (``result(timeout)``, ``add_done_callback``; it does not wait for the ack
+itself). Buffer memory short, ``send`` blocks up to ``max_block_ms``, then raises
+:class:`BufferExhaustedError`. Facades are safe to call from several threads. ``close()``
+stops the loop and joins the thread; facades are context managers.
 """
 
 from __future__ import annotations
@@ -31,11 +35,11 @@ from headwater.client.consumer import AsyncConsumer
 from headwater.client.fetched import FetchedBatch
 from headwater.client.group import RebalanceListener
 from headwater.client.producer import AsyncProducer, Callback
+from headwater.client.record_future import RecordFuture
 from headwater.client.types import (
     ConsumerRecord,
     GroupMetadata,
     OffsetAndTimestamp,
-    RecordMetadata,
     TopicPartition,
 )
 
@@ -143,20 +147,12 @@ class Producer:
         headers: Sequence[Header] | None = None,
         timestamp: int | None = None,
         callback: Callback | None = None,
-    ) -> concurrent.futures.Future[RecordMetadata]:
-        """Buffer a record; the future resolves with its RecordMetadata on ack."""
-        cf: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-        coro = self._p.send(
-            topic,
-            value,
-            key,
-            partition=partition,
-            headers=headers,
-            timestamp=timestamp,
-            callback=callback,
-        )
-        self._lt.submit(self._send(cf, coro))
-        return cf
+    ) -> RecordFuture:
+        """Buffer a record in the calling thread; its future resolves with its RecordMetadata
+        on ack (``callback(metadata, exception)`` runs on the producer's loop thread). Blocks
+        up to ``max_block_ms`` for buffer memory (or a new topic's metadata), then
+        :class:`BufferExhaustedError`."""
+        return self._p.produce(topic, value, key, partition, headers, timestamp, callback)
 
     def send_many(
         self,

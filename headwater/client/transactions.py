@@ -171,9 +171,7 @@ class TransactionManager(Gate):
         self._fail_scheduled = False
         if self.abortable_error is not err:
             return  # the transaction ended meanwhile
-        for dq in self.acc.queues.values():
-            while dq:
-                self.acc.fail(dq.popleft(), _abortable(err))
+        self.acc.fail_queued(_abortable(err))
 
     def _batch_failed(self, batch: ProducerBatch, err: BaseException) -> None:
         if not isinstance(err, TransactionAbortedError):
@@ -374,10 +372,8 @@ class TransactionManager(Gate):
         while self.acc.incomplete:
             # queued batches (never sent, or waiting for a retry) are dropped; in-flight ones
             # are awaited (a retriable failure puts them back in a queue: dropped next round)
-            for dq in self.acc.queues.values():
-                while dq:
-                    self.acc.fail(dq.popleft(), dropped)
-            in_flight = [b.done for b in self.acc.incomplete]
+            self.acc.fail_queued(dropped)
+            in_flight = self.acc.incomplete_done()
             if in_flight:
                 self.wake_sender()
                 await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)

@@ -1,7 +1,8 @@
 """The sync Producer facade keeps call order: a commit_transaction (or flush, abort,
-send_offsets_to_transaction) called right after send() runs only once that send has been
-buffered, even when buffering waits (metadata of a new topic). Fake AsyncProducer: pure
-ordering logic of the facade."""
+send_offsets_to_transaction) called right after send() or send_many() runs only once that
+send has been buffered, even when buffering waits (metadata of a new topic). Fake
+AsyncProducer: pure ordering logic of the facade. (send() buffers in the caller's thread
+before it returns — AsyncProducer.produce — so its order needs no machinery.)"""
 
 from __future__ import annotations
 
@@ -18,18 +19,22 @@ class SlowBufferingProducer:
         self.buffered: list[bytes] = []
         self.committed_with: list[bytes] | None = None
 
-    async def send(self, topic: str, value: bytes, key: Any = None, **kw: Any) -> Any:
+    async def send_many(self, topic: str, values: list[bytes], keys: Any = None, **kw: Any) -> Any:
         await asyncio.sleep(0.2)
-        self.buffered.append(value)
+        self.buffered.extend(values)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         fut.set_result(len(self.buffered) - 1)
         return fut
+
+    def produce(self, topic: str, value: bytes, *args: Any) -> Any:
+        self.buffered.append(value)
+        return len(self.buffered) - 1
 
     async def commit_transaction(self) -> None:
         self.committed_with = list(self.buffered)
 
 
-def test_commit_after_send_waits_until_the_send_is_buffered() -> None:
+def test_commit_after_sends_waits_until_they_are_buffered() -> None:
     p = Producer.__new__(Producer)
     p._lt = _LoopThread("test-producer")
     p._buffering = set()
@@ -37,9 +42,10 @@ def test_commit_after_send_waits_until_the_send_is_buffered() -> None:
     fake = SlowBufferingProducer()
     p._p = fake  # type: ignore[assignment]
     try:
-        f = p.send("t", b"one")
+        assert p.send("t", b"zero") == 0
+        f = p.send_many("t", [b"one"])
         p.commit_transaction(timeout=5)
-        assert fake.committed_with == [b"one"]
-        assert f.result(5) == 0
+        assert fake.committed_with == [b"zero", b"one"]
+        assert f.result(5) == 1
     finally:
         p._lt.stop()
