@@ -343,7 +343,17 @@ def _join(env: Env) -> None:
         protocol_type="consumer",
         protocols=[cpb.JoinGroupProtocol(name="range", metadata=b"")],
     )
-    first = env.coordinator.JoinGroup(req, timeout=60)
+    answers: list[Any] = []
+
+    def first_join() -> bool:
+        # the coordinator serves before it has taken its partitions: NOT_COORDINATOR (or a load
+        # in progress) is retriable, as for any client
+        answers.append(env.coordinator.JoinGroup(req, timeout=60))
+        retriable = (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS)
+        return answers[-1].error_code not in retriable
+
+    wait_for(first_join, timeout=30, what="the group's coordinator")
+    first = answers[-1]
     assert first.error_code == E.MEMBER_ID_REQUIRED, first
     req.member_id = first.member_id
     joined = env.coordinator.JoinGroup(req, timeout=60)
@@ -413,7 +423,12 @@ def test_slow_and_many_readers_keep_memory_bounded(env: Env) -> None:
     )
     assert created == E.NONE, E.Name(created)
     wait_for(lambda: _led(env, "hostile-big", 1), timeout=30, what="the big topic's leader")
-    for _ in range(24):
+    # Metadata can show the leader before the leader itself has applied its LeaderAndIsr
+    # (UNKNOWN_TOPIC_OR_PARTITION for a moment): the first produce waits for it, bounded
+    wait_for(
+        lambda: env.produce(big, topic="hostile-big") == E.NONE, timeout=30, what="first produce"
+    )
+    for _ in range(23):
         assert env.produce(big, topic="hostile-big") == E.NONE
     leader_id = env.view.leader("hostile-big", 0)
     leader = env.cluster.brokers[leader_id]
