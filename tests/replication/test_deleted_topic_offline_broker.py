@@ -49,7 +49,9 @@ def c3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def _state(c: LocalCluster, p: int) -> dict[str, object] | None:
-    return asyncio.run(partition_state(c.etcd.endpoint, TOPIC, p))
+    # the cluster's etcd client settings: TLS under `make test-secure`
+    etcd_tls = c._etcd_client_kwargs()
+    return asyncio.run(partition_state(c.etcd.endpoint, TOPIC, p, **etcd_tls))
 
 
 def _wait_states(c: LocalCluster, ok: object, what: str) -> None:

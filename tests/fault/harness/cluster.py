@@ -171,9 +171,12 @@ class FaultCluster(LocalCluster):
         return ",".join(self.brokers[b].address for b in self.live_brokers)
 
 
-async def partition_state(etcd_endpoint: str, topic: str, partition: int) -> dict[str, Any] | None:
-    """The controller's record of a partition (leader, leader_epoch, isr, ...) from etcd."""
-    client = await hetcd.Etcd.connect(etcd_endpoint)
+async def partition_state(
+    etcd_endpoint: str, topic: str, partition: int, **etcd_kwargs: Any
+) -> dict[str, Any] | None:
+    """The controller's record of a partition (leader, leader_epoch, isr, ...) from etcd
+    (``etcd_kwargs``: ``ca``/``cert``/``key`` of a TLS etcd)."""
+    client = await hetcd.Etcd.connect(etcd_endpoint, **etcd_kwargs)
     try:
         got = await client.get(f"/headwater/partitions/{topic}/{partition}")
     finally:
