@@ -29,6 +29,7 @@ import grpc
 from headwater.dev.cluster import LocalCluster, ServiceProcess
 from tests.fuzz import campaign, cases, guard, rpcs
 from tests.fuzz.memcap import MemoryCap
+from tests.helpers.wait import wait_for
 
 #: How long a process may take to answer health SERVING after an RPC's cases.
 SERVING_WAIT = 15.0
@@ -109,12 +110,15 @@ class HostileRun:
     def _not_serving(self) -> list[str]:
         bad = []
         for p in self.procs():
-            deadline = time.monotonic() + SERVING_WAIT
-            while not rpcs.healthy(p.address, timeout=5):
-                if time.monotonic() > deadline:
-                    bad.append(f"{p.name} not SERVING {SERVING_WAIT:.0f}s after the cases")
-                    break
-                time.sleep(0.2)
+            try:
+                wait_for(
+                    lambda p=p: rpcs.healthy(p.address, timeout=5),  # type: ignore[misc]
+                    timeout=SERVING_WAIT,
+                    what=f"{p.name} SERVING",
+                    interval=0.2,
+                )
+            except AssertionError:
+                bad.append(f"{p.name} not SERVING {SERVING_WAIT:.0f}s after the cases")
         return bad
 
     # ---- cases
