@@ -118,6 +118,13 @@ class InCluster:
             "sh", "-c", script, timeout=timeout,
         )  # fmt: skip
 
+    def events(self, name: str) -> dict[str, str]:
+        """reason -> message of the events about the object ``name`` (they outlive it)."""
+        out = self.kubectl(
+            "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        )
+        return {e["reason"]: e["message"] for e in json.loads(out)["items"]}
+
     def topics(self) -> list[str]:
         return list(self.headwater("topics", "list"))
 
@@ -309,6 +316,11 @@ def test_a_job_produces_100000_keyed_records_another_consumes_them_as_a_group(
 
 
 # ---------------------------------------------------------------------------- Topic resource
+def _ready_reason(resource: dict[str, Any]) -> str | None:
+    conditions = resource["status"].get("conditions") or ()
+    return next((c.get("reason") for c in conditions if c["type"] == "Ready"), None)
+
+
 def _topic_resource(name: str, partitions: int, config: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "headwater.dev/v1alpha1",
@@ -327,6 +339,8 @@ def test_a_topic_resource_becomes_a_topic_follows_its_spec_and_is_deleted_with_i
         cluster.apply(_topic_resource(name, 4, config))
         res = cluster.wait_ready("topic", name)
         assert res["status"]["partitions"] == 4 and res["status"]["topicId"], res["status"]
+        # (the drift check, InSync, first runs a minute after the resource appeared)
+        assert _ready_reason(res) == "Created", res["status"]
         assert "headwater.dev/finalizer" in res["metadata"]["finalizers"], res["metadata"]
         (desc,) = cluster.headwater("topics", "describe", name)
         assert desc["topic_id"] == res["status"]["topicId"]
@@ -339,7 +353,8 @@ def test_a_topic_resource_becomes_a_topic_follows_its_spec_and_is_deleted_with_i
         # a spec change: more partitions, one config changed, one removed
         config2 = {"retention.ms": "7200000"}
         cluster.apply(_topic_resource(name, 6, config2))
-        cluster.wait_ready("topic", name)
+        res = cluster.wait_ready("topic", name)
+        assert res["status"]["partitions"] == 6, res["status"]
         (desc,) = cluster.headwater("topics", "describe", name)
         assert len(desc["partitions"]) == 6, desc
         assert desc["configs"].get("retention.ms") == "7200000", desc["configs"]
@@ -353,6 +368,14 @@ def test_a_topic_resource_becomes_a_topic_follows_its_spec_and_is_deleted_with_i
             what=f"topic {name} deleted from Headwater",
             interval=2,
         )
+        # by the operator's finalizer
+        deleted = wait_for(
+            lambda: cluster.events(name).get("Deleted"),
+            timeout=OPERATOR_TIMEOUT_S,
+            what=f"the operator's Deleted event of {name}",
+            interval=2,
+        )
+        assert deleted == f"topic {name} deleted", deleted
     finally:
         cluster.kubectl(
             "delete", "topic", name, "--ignore-not-found", "--timeout=180s", timeout=240
