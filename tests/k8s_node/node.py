@@ -20,6 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 NODE_SH = REPO / "scripts" / "k8s" / "node.sh"
 IN_NODE = REPO / "scripts" / "k8s" / "in-node"
 IMPORT_IMAGES = REPO / "scripts" / "k8s" / "import-images"
+INSTALL_CHART = REPO / "scripts" / "k8s" / "install-chart.sh"
+#: install-chart.sh on a running node: image imports ~40 s, helm --wait ~25 s (under load more)
+INSTALL_TIMEOUT_S = 15 * 60
 #: cold: installs Debian packages and builds the Kubernetes commands and CoreDNS (~35 min on
 #: 2 cores under load); warm: well under a second
 BUILD_TIMEOUT_S = 90 * 60
@@ -162,6 +165,18 @@ class Node:
     def saved_sysctls(self) -> dict[str, str]:
         path = self.node_dir / "state" / "sysctl.saved"
         return dict(line.split(" ", 1) for line in path.read_text().splitlines())
+
+
+def install_chart(*args: str) -> None:
+    """scripts/k8s/install-chart.sh ARGS (``make k8s-install``: release ``hw`` in namespace
+    ``headwater`` by default); AssertionError with its output when it fails."""
+    proc = subprocess.run(
+        ["nice", "-n", "10", "bash", str(INSTALL_CHART), *args],
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def process_start_time(pid: int) -> str | None:

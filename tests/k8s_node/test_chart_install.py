@@ -5,12 +5,10 @@ bootstrap Service. Needs the images of scripts/k8s/build-images.sh (its images.j
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from tests.k8s_node.node import REPO, Node
+from tests.k8s_node.node import Node, install_chart
 
-INSTALL = REPO / "scripts" / "k8s" / "install-chart.sh"
 IMAGES_JSON = Path.home() / ".cache" / "headwater-k8s" / "images" / "out" / "images.json"
 SMOKE = """
 set -e
@@ -26,13 +24,7 @@ headwater --bootstrap $B consume smoke --from-beginning --max-messages 3 --timeo
 def test_helm_install_brings_every_pod_ready_and_a_pod_produces_and_consumes(
     k8s_node: Node,
 ) -> None:
-    proc = subprocess.run(
-        ["nice", "-n", "10", "bash", str(INSTALL)],
-        capture_output=True,
-        text=True,
-        timeout=15 * 60,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    install_chart()
     pods = json.loads(k8s_node.kubectl("-n", "headwater", "get", "pods", "-o", "json"))["items"]
     ready = {
         p["metadata"]["name"]: any(

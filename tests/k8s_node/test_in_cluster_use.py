@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.wait import wait_for
-from tests.k8s_node.node import Node
+from tests.k8s_node.node import Node, install_chart
 
 NS = "headwater"
 RELEASE = "hw"
@@ -209,7 +209,10 @@ def _seconds_between(start: str, end: str) -> int:
 
 @pytest.fixture(scope="module")
 def cluster(k8s_node: Node) -> Iterator[InCluster]:
-    """The release ``hw`` Ready, a client pod of its services image, no leftovers."""
+    """The release ``hw`` Ready (installed by scripts/k8s/install-chart.sh when absent, as
+    ``make k8s-install`` does), a client pod of its services image, no leftovers."""
+    if k8s_node.run("helm", "status", RELEASE, "-n", NS, check=False).returncode != 0:
+        install_chart()
     k8s_node.kubectl(
         "-n", NS, "wait", "pods", "-l", f"app.kubernetes.io/instance={RELEASE}",
         "--for=condition=Ready", "--timeout=300s", timeout=360,
