@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ def _run(
     start: Callable[[ProcessRunner], Awaitable[dict[str, Any]]],
     *,
     ready_file: Path | None = None,
-    stop_when: Callable[[ProcessRunner], Awaitable[None]] | None = None,
+    stop_when: Callable[[ProcessRunner], Coroutine[Any, Any, None]] | None = None,
 ) -> int:
     """Run ``start`` through a runner; ``stop_when`` (a task) decides when to stop it."""
 
