@@ -266,7 +266,33 @@ async def _start(settings: BrokerSettings, proc: ProcessRunner) -> dict[str, Any
 
     # leaderships moved away while the server still answers; not after a failure
     proc.on_stop("controlled shutdown", leave, clean_only=True)
-    # The tasks, one line each:
+    _start_tasks(proc, settings, rm, registration, broker_config, quotas, client)
+    # What lives for the whole process (modules, configs, loaded logs and indexes) leaves
+    # the cyclic GC: a full collection no longer walks it. Without this, full collections
+    # on the serving path paused the loop 15-90 ms (a 10 MB/s e2e run, shared 2-vCPU VM);
+    # with it, under 1 ms (measured with bench/peers/headwater.py, issue 10).
+    gc.collect()  # start-up garbage is freed, not frozen for good
+    gc.freeze()
+    log.info(
+        "broker %d serving on %s:%d (epoch %s)",
+        settings.broker_id,
+        settings.host,
+        running.port,
+        rm.broker_epoch,
+    )
+    return {"port": running.port, "metrics_port": running.metrics_port}
+
+
+def _start_tasks(
+    proc: ProcessRunner,
+    settings: BrokerSettings,
+    rm: ReplicaManager,
+    registration: Registration,
+    broker_config: BrokerConfig,
+    quotas: QuotaManager,
+    client: hetcd.Etcd,
+) -> None:
+    """The broker's long-lived tasks (module doc), one line each."""
     # re-register under a new lease when the lease is lost
     proc.task("broker-registration", registration.run())
     # dynamic broker configs from etcd, applied without restart
@@ -298,20 +324,6 @@ async def _start(settings: BrokerSettings, proc: ProcessRunner) -> dict[str, Any
     proc.task("broker-quota-configs", quota_watcher.run(quotas, client))
     # quota rate gauges decay between records
     proc.task("broker-quota-metrics", quotas.run_metrics())
-    # What lives for the whole process (modules, configs, loaded logs and indexes) leaves
-    # the cyclic GC: a full collection no longer walks it. Without this, full collections
-    # on the serving path paused the loop 15-90 ms (a 10 MB/s e2e run, shared 2-vCPU VM);
-    # with it, under 1 ms (measured with bench/peers/headwater.py, issue 10).
-    gc.collect()  # start-up garbage is freed, not frozen for good
-    gc.freeze()
-    log.info(
-        "broker %d serving on %s:%d (epoch %s)",
-        settings.broker_id,
-        settings.host,
-        running.port,
-        rm.broker_epoch,
-    )
-    return {"port": running.port, "metrics_port": running.metrics_port}
 
 
 def _peer_credentials(security: ServerSecurity) -> grpc.ChannelCredentials | None:
