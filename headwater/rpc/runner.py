@@ -10,7 +10,7 @@ Every service (broker, controller, coordinator) runs its whole life through
         etcd = await connect(...)
         proc.closing("etcd", etcd.close)          # closed last (registered first)
         server = await start_server(...)
-        proc.serving(server)                      # stopped first, with a grace period
+        proc.serving(server)                      # stopped after the stop steps, with grace
         proc.on_stop("resign", resign, timeout=3, best_effort=True)
         proc.task("controller-events", loop.run())
         return {"port": server.port, "metrics_port": server.metrics_port}
