@@ -1,13 +1,16 @@
 """The broker process: wiring, long-lived tasks, registration and shutdown.
 
-Everything runs on one asyncio loop (``asyncio.run(serve(...))``). Who owns what:
+Everything runs on one asyncio loop (``asyncio.run(serve(...))``), its life (signals, ready
+file, guarded tasks, shutdown order) run by :class:`headwater.rpc.runner.ProcessRunner`.
+Who owns what:
 
 * gRPC server (``headwater.rpc.server.start_server``): one task per RPC; handlers read and
   change state only through the ``ReplicaManager`` and ``MetadataCache`` (on the loop).
 * ``ReplicaManager``: hosted partitions, controller and broker epochs; control RPCs are
   serialised by its control lock. Each ``Partition`` serialises its own appends.
 * ``LogManager`` (storage): log directories and logs; its blocking calls run in worker threads.
-* Named guarded tasks (a failure is logged and stops the broker rather than dying silently):
+* Named guarded tasks, the process runner's (``headwater.rpc.runner``: a failure is logged
+  and stops the broker with exit code 1 rather than dying silently):
 
   - ``broker-registration``: re-registers in etcd when the lease is lost
     (:class:`services.broker.registration.Registration`); the lease keepalive itself is a task
@@ -36,24 +39,22 @@ Start order: log manager -> gRPC server (port bound) -> etcd connection (the pro
 allocator of ``Broker.InitProducerId`` shares it with registration) -> stray logs deleted
 (topics deleted or re-created while this broker was away: ``stray_replicas.py``) -> etcd
 registration (the controller may now send LeaderAndIsr) -> ready file. Stop order
-(SIGTERM/SIGINT): health NOT_SERVING and stop the gRPC server (in-flight calls get
-``STOP_GRACE_S``), cancel the tasks, close every log (clean-shutdown marker), revoke the lease
-(the controller sees the broker leave at once).
+(SIGTERM/SIGINT, through the runner): controlled shutdown (the controller moves leaderships
+away; skipped after a failure), health NOT_SERVING and stop the gRPC server (in-flight calls
+get ``STOP_GRACE_S``), cancel the tasks, close every log (clean-shutdown marker), revoke the
+lease (the controller sees the broker leave at once), close etcd.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import gc
-import json
 import logging
-import os
-import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -63,6 +64,7 @@ from headwater.errors import HeadwaterError
 from headwater.rpc.auth.client import attach_service
 from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
+from headwater.rpc.runner import ProcessRunner
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.broker import metrics, servicer, stray_replicas
@@ -137,26 +139,6 @@ class BrokerSettings:
         }
 
 
-def create_guarded_task(
-    coro: Awaitable[None], *, name: str, on_failure: Callable[[], None]
-) -> asyncio.Task[None]:
-    """A named task whose crash or unexpected return is logged and reported."""
-
-    async def guarded() -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("task %s failed", name)
-            on_failure()
-            return
-        log.error("task %s exited unexpectedly", name)
-        on_failure()
-
-    return asyncio.create_task(guarded(), name=name)
-
-
 async def _every(interval: float, name: str, fn: Callable[[], Awaitable[None]]) -> None:
     """Run ``fn`` every ``interval`` seconds; a failing pass is logged, the loop goes on."""
     while True:
@@ -194,27 +176,14 @@ async def _cleaner_pass(rm: ReplicaManager, bytes_per_s: float | None) -> None:
             )
 
 
-def _write_ready_file(path: Path, port: int, metrics_port: int) -> None:
-    """Write ``{"port", "metrics_port"}`` atomically (temp file + rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"port": port, "metrics_port": metrics_port}))
-    os.replace(tmp, path)
-
-
 async def serve(settings: BrokerSettings) -> int:
-    """Run the broker until SIGTERM/SIGINT (returns 0) or a fatal task failure (returns 1)."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    exit_code = 0
+    """Run the broker until SIGTERM/SIGINT (returns 0) or a fatal failure (returns 1)."""
+    proc = ProcessRunner(f"broker {settings.broker_id}", ready_file=settings.ready_file)
+    return await proc.run(functools.partial(_start, settings))
 
-    def fail() -> None:
-        nonlocal exit_code
-        exit_code = 1
-        stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
+async def _start(settings: BrokerSettings, proc: ProcessRunner) -> dict[str, Any]:
+    """Build the broker (module doc: start order), start its tasks; the ready payload."""
     for d in settings.data_dirs:
         d.mkdir(parents=True, exist_ok=True)
     log_manager = await asyncio.to_thread(LogManager, [str(d) for d in settings.data_dirs])
@@ -226,6 +195,17 @@ async def serve(settings: BrokerSettings) -> int:
         peers=Peers(metadata, settings.peer_overrides, _peer_credentials(settings.security)),
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
     )
+    client: hetcd.Etcd | None = None
+    registration: Registration | None = None
+
+    async def close() -> None:
+        await rm.shutdown()  # every log closed (clean-shutdown marker) ...
+        if registration is not None:
+            await registration.close()  # ... before the lease goes: the controller sees us leave
+        if client is not None:
+            await client.close()
+
+    proc.closing("logs, registration, etcd", close)
     await asyncio.to_thread(rm.load_high_watermarks)
     producer_ids = ProducerIds()
     quotas = QuotaManager(settings.broker_id, static_window=static_window(settings.static_configs))
@@ -241,144 +221,109 @@ async def serve(settings: BrokerSettings) -> int:
         auth=auth,
         limits=settings.limits,
     )
-    tasks: list[asyncio.Task[None]] = []
-    client: hetcd.Etcd | None = None
-    registration: Registration | None = None
-    try:
-        client = await hetcd.Etcd.connect(settings.etcd, **settings.security.etcd_kwargs())
-        await attach_service(auth, client)  # token key, ACLs, the internal identity
-        rm.read_controller_epoch = functools.partial(read_controller_epoch, client)
-        producer_ids.allocator = ProducerIdAllocator(client)
-        broker_config = BrokerConfig(
-            client, settings.broker_id, settings.static_configs, rm.set_topic_defaults
-        )
-        await broker_config.load()  # topic defaults known before the first LeaderAndIsr
-        # Logs of topics deleted (or re-created, or moved away) while this broker was not
-        # registered go before it registers: never served, never replicated.
-        await rm.remove_stray_logs(
-            *await stray_replicas.cluster_assignment(client, settings.broker_id)
-        )
+    proc.serving(running, grace=STOP_GRACE_S)
+    client = await hetcd.Etcd.connect(settings.etcd, **settings.security.etcd_kwargs())
+    await attach_service(auth, client)  # token key, ACLs, the internal identity
+    rm.read_controller_epoch = functools.partial(read_controller_epoch, client)
+    producer_ids.allocator = ProducerIdAllocator(client)
+    broker_config = BrokerConfig(
+        client, settings.broker_id, settings.static_configs, rm.set_topic_defaults
+    )
+    await broker_config.load()  # topic defaults known before the first LeaderAndIsr
+    # Logs of topics deleted (or re-created, or moved away) while this broker was not
+    # registered go before it registers: never served, never replicated.
+    await rm.remove_stray_logs(*await stray_replicas.cluster_assignment(client, settings.broker_id))
 
-        def set_epoch(epoch: int | None) -> None:
-            rm.broker_epoch = epoch
+    def set_epoch(epoch: int | None) -> None:
+        rm.broker_epoch = epoch
 
-        registration = Registration(
-            client,
-            settings.broker_id,
-            host=settings.advertised_host or settings.host,
-            port=settings.advertised_port or running.port,
-            rack=settings.rack,
-            metrics_url=(
-                f"http://{settings.advertised_host or settings.host}:{running.metrics_port}/metrics"
-            ),
-            on_epoch=set_epoch,
-            ttl=settings.session_timeout_s,
-            static_configs=settings.registered_configs(),
-        )
-        await registration.register()
-        # The tasks, one line each:
-        tasks.append(  # re-register under a new lease when the lease is lost
-            create_guarded_task(registration.run(), name="broker-registration", on_failure=fail)
-        )
-        tasks.append(  # dynamic broker configs from etcd, applied without restart
-            create_guarded_task(broker_config.run(), name="broker-config", on_failure=fail)
-        )
-        tasks.append(  # time and size retention: delete whole expired segments
-            create_guarded_task(
-                _every(settings.retention_check_interval_ms / 1000, "retention", rm.retention_pass),
-                name="broker-retention",
-                on_failure=fail,
-            )
-        )
-        tasks.append(  # replication-health and log-shape gauges (services.broker.metrics)
-            create_guarded_task(
-                metrics.refresh_every(METRICS_INTERVAL_S, rm.partitions.values),
-                name="broker-metrics",
-                on_failure=fail,
-            )
-        )
-        tasks.append(  # flush.messages / flush.ms
-            create_guarded_task(
-                _every(FLUSH_INTERVAL_S, "flush", rm.flush_pass),
-                name="broker-flush",
-                on_failure=fail,
-            )
-        )
-        tasks.append(  # log compaction of compacted topics
-            create_guarded_task(
-                _every(
-                    settings.log_cleaner_backoff_ms / 1000,
-                    "log-cleaner",
-                    lambda: _cleaner_pass(rm, settings.log_cleaner_io_max_bytes_per_s),
-                ),
-                name="broker-log-cleaner",
-                on_failure=fail,
-            )
-        )
-        tasks.append(  # replication-offset-checkpoint of every log directory
-            create_guarded_task(
-                _every(HW_CHECKPOINT_INTERVAL_S, "hw-checkpoint", rm.checkpoint_high_watermarks),
-                name="broker-hw-checkpoint",
-                on_failure=fail,
-            )
-        )
-        tasks.append(  # propose removing lagging followers from led ISRs
-            create_guarded_task(rm.isr.run_shrink(), name="broker-isr-shrink", on_failure=fail)
-        )
-        tasks.append(  # ISR proposals -> AlterPartition to the controller
-            create_guarded_task(rm.isr.run_sender(), name="broker-alter-partition", on_failure=fail)
-        )
-        tasks.append(  # quota configs from etcd, applied without restart
-            create_guarded_task(
-                quota_watcher.run(quotas, client), name="broker-quota-configs", on_failure=fail
-            )
-        )
-        tasks.append(  # quota rate gauges decay between records
-            create_guarded_task(quotas.run_metrics(), name="broker-quota-metrics", on_failure=fail)
-        )
-        # What lives for the whole process (modules, configs, loaded logs and indexes) leaves
-        # the cyclic GC: a full collection no longer walks it. Without this, full collections
-        # on the serving path paused the loop 15-90 ms (a 10 MB/s e2e run, shared 2-vCPU VM);
-        # with it, under 1 ms (measured with bench/peers/headwater.py, issue 10).
-        gc.collect()  # start-up garbage is freed, not frozen for good
-        gc.freeze()
-        if settings.ready_file is not None:
-            _write_ready_file(settings.ready_file, running.port, running.metrics_port)
-        log.info(
-            "broker %d serving on %s:%d (epoch %s)",
-            settings.broker_id,
-            settings.host,
-            running.port,
-            rm.broker_epoch,
-        )
-        await stop.wait()
-        log.info("broker %d stopping", settings.broker_id)
+    registration = Registration(
+        client,
+        settings.broker_id,
+        host=settings.advertised_host or settings.host,
+        port=settings.advertised_port or running.port,
+        rack=settings.rack,
+        metrics_url=(
+            f"http://{settings.advertised_host or settings.host}:{running.metrics_port}/metrics"
+        ),
+        on_epoch=set_epoch,
+        ttl=settings.session_timeout_s,
+        static_configs=settings.registered_configs(),
+    )
+    await registration.register()
+
+    async def leave() -> None:
         # Nothing to move when every hosted partition has this broker as its only replica.
-        replicated = any(len(p.replicas) > 1 for p in rm.partitions.values())
-        if exit_code == 0 and settings.controlled_shutdown_s > 0 and replicated:
+        if settings.controlled_shutdown_s > 0 and any(
+            len(p.replicas) > 1 for p in rm.partitions.values()
+        ):
             await controlled_shutdown(
                 settings.broker_id,
                 lambda: rm.broker_epoch,
                 rm.peers,
                 timeout_s=settings.controlled_shutdown_s,
             )
-    except Exception:
-        log.exception("broker %d failed", settings.broker_id)
-        exit_code = 1
-    finally:
-        await running.stop(STOP_GRACE_S)
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        await rm.shutdown()
-        if registration is not None:
-            await registration.close()
-        if client is not None:
-            await client.close()
-        log.info("broker %d stopped", settings.broker_id)
-    return exit_code
+
+    # leaderships moved away while the server still answers; not after a failure
+    proc.on_stop("controlled shutdown", leave, clean_only=True)
+    _start_tasks(proc, settings, rm, registration, broker_config, quotas, client)
+    # What lives for the whole process (modules, configs, loaded logs and indexes) leaves
+    # the cyclic GC: a full collection no longer walks it. Without this, full collections
+    # on the serving path paused the loop 15-90 ms (a 10 MB/s e2e run, shared 2-vCPU VM);
+    # with it, under 1 ms (measured with bench/peers/headwater.py, issue 10).
+    gc.collect()  # start-up garbage is freed, not frozen for good
+    gc.freeze()
+    log.info(
+        "broker %d serving on %s:%d (epoch %s)",
+        settings.broker_id,
+        settings.host,
+        running.port,
+        rm.broker_epoch,
+    )
+    return {"port": running.port, "metrics_port": running.metrics_port}
+
+
+def _start_tasks(
+    proc: ProcessRunner,
+    settings: BrokerSettings,
+    rm: ReplicaManager,
+    registration: Registration,
+    broker_config: BrokerConfig,
+    quotas: QuotaManager,
+    client: hetcd.Etcd,
+) -> None:
+    """The broker's long-lived tasks (module doc), one line each."""
+    # re-register under a new lease when the lease is lost
+    proc.task("broker-registration", registration.run())
+    # dynamic broker configs from etcd, applied without restart
+    proc.task("broker-config", broker_config.run())
+    # time and size retention: delete whole expired segments
+    retention_s = settings.retention_check_interval_ms / 1000
+    proc.task("broker-retention", _every(retention_s, "retention", rm.retention_pass))
+    # replication-health and log-shape gauges (services.broker.metrics)
+    proc.task("broker-metrics", metrics.refresh_every(METRICS_INTERVAL_S, rm.partitions.values))
+    # flush.messages / flush.ms
+    proc.task("broker-flush", _every(FLUSH_INTERVAL_S, "flush", rm.flush_pass))
+    # log compaction of compacted topics
+    cleaner_s = settings.log_cleaner_backoff_ms / 1000
+    cleaner_bps = settings.log_cleaner_io_max_bytes_per_s
+    proc.task(
+        "broker-log-cleaner",
+        _every(cleaner_s, "log-cleaner", lambda: _cleaner_pass(rm, cleaner_bps)),
+    )
+    # replication-offset-checkpoint of every log directory
+    proc.task(
+        "broker-hw-checkpoint",
+        _every(HW_CHECKPOINT_INTERVAL_S, "hw-checkpoint", rm.checkpoint_high_watermarks),
+    )
+    # propose removing lagging followers from led ISRs
+    proc.task("broker-isr-shrink", rm.isr.run_shrink())
+    # ISR proposals -> AlterPartition to the controller
+    proc.task("broker-alter-partition", rm.isr.run_sender())
+    # quota configs from etcd, applied without restart
+    proc.task("broker-quota-configs", quota_watcher.run(quotas, client))
+    # quota rate gauges decay between records
+    proc.task("broker-quota-metrics", quotas.run_metrics())
 
 
 def _peer_credentials(security: ServerSecurity) -> grpc.ChannelCredentials | None:

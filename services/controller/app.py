@@ -1,25 +1,27 @@
 """The controller process: etcd connection, gRPC server, election and event loop.
 
-Long-lived tasks, all started in :func:`run` and guarded (a task that dies is logged and
-stops the process, so a supervisor restarts it rather than it lingering half-alive):
+The process runs through :class:`headwater.rpc.runner.ProcessRunner` (signals, ready file,
+shutdown order). Long-lived tasks, started in :func:`_start` as the runner's guarded tasks
+(a task that dies is logged and stops the process with exit code 1, so a supervisor restarts
+it rather than it lingering half-alive):
 
 * ``controller-events`` — the event loop that owns the cluster state (``events``);
 * ``controller-election`` — campaigns / watches the leader key (``election``);
-* per active term: ``broker-watch``, ``rebalance-timer`` (automatic preferred-leader
-  election, unless disabled) and one ``controller-link-<id>-<epoch>`` per broker.
+* started by the event loop per active term: ``broker-watch``, ``rebalance-timer``
+  (automatic preferred-leader election, unless disabled) and one
+  ``controller-link-<id>-<epoch>`` per broker.
 
 The server is started first with port 0 allowed, because the bound port goes into the leader
 key; the ready file (optional) receives ``{"port": P, "metrics_port": M}`` once serving.
+Stop (SIGTERM/SIGINT): resign (revoking the lease hands over to a standby at once) and stop
+campaigning, stop the server, cancel the tasks, close the broker links and etcd.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
+import functools
 import logging
-import os
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from headwater import timeouts
 from headwater.rpc.auth.client import attach_service
 from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
+from headwater.rpc.runner import ProcessRunner
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
 from services.controller import events
@@ -59,22 +62,17 @@ class Settings:
     limits: RequestLimits = DEFAULT_LIMITS
 
 
-def write_ready_file(path: Path, payload: dict[str, Any]) -> None:
-    """Atomically (write + rename) publish ``payload`` as JSON."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)
+async def run(settings: Settings, stop: asyncio.Event | None = None) -> int:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT), then resign and shut down; returns
+    the exit code (headwater/rpc/runner.py)."""
+    name = f"controller {settings.controller_id}"
+    proc = ProcessRunner(name, ready_file=settings.ready_file, stop=stop)
+    return await proc.run(functools.partial(_start, settings))
 
 
-async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Serve until ``stop`` is set (or SIGTERM/SIGINT), then resign and shut down."""
-    stop = stop or asyncio.Event()
-    aloop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            aloop.add_signal_handler(sig, stop.set)
-
+async def _start(settings: Settings, proc: ProcessRunner) -> dict[str, Any]:
     etcd = await _connect_etcd(settings.etcd, security=settings.security)
+    proc.closing("etcd", etcd.close)
     auth = ServerAuth(settings.security)
     await attach_service(auth, etcd)  # token key, ACLs, the internal identity
     controller = events.ControllerLoop(
@@ -87,6 +85,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         imbalance_check_interval_s=settings.imbalance_check_interval_s,
         imbalance_percent=settings.imbalance_percent,
     )
+    proc.closing("controller", controller.close)
     peer = settings.security.client_security()
     if peer is not None:  # controller -> broker links over TLS, with this controller's identity
         controller.channels = BrokerChannels(peer.channel_credentials())
@@ -102,6 +101,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         auth=auth,
         limits=settings.limits,
     )
+    proc.serving(server)
     controller.port = server.port
     election = Election(
         etcd,
@@ -112,29 +112,20 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         on_resigned=lambda: controller.post(events.Resigned()),
         lease_ttl=settings.lease_ttl,
     )
-    tasks = [
-        asyncio.create_task(controller.run(), name="controller-events"),
-        asyncio.create_task(election.run(), name="controller-election"),
-    ]
-    for task in tasks:
-        task.add_done_callback(lambda t: _fatal(t, stop))
-    if settings.ready_file is not None:
-        write_ready_file(
-            settings.ready_file, {"port": server.port, "metrics_port": server.metrics_port}
-        )
-    log.info("controller %d serving on %s:%d", settings.controller_id, settings.host, server.port)
-    try:
-        await stop.wait()
-    finally:
-        log.info("controller %d stopping", settings.controller_id)
-        with contextlib.suppress(Exception):
+    proc.task("controller-events", controller.run())
+    campaign = proc.task("controller-election", election.run())
+
+    async def resign() -> None:
+        # revoking the lease hands leadership to a standby at once; the election task goes
+        # with it, or it would campaign again while the server drains
+        try:
             await timeouts.wait_for(election.resign_and_stop(), 3)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await controller.close()
-        await server.stop(grace=1.0)
-        await etcd.close()
+        finally:
+            campaign.cancel()
+
+    proc.on_stop("resign", resign, best_effort=True)
+    log.info("controller %d serving on %s:%d", settings.controller_id, settings.host, server.port)
+    return {"port": server.port, "metrics_port": server.metrics_port}
 
 
 async def _connect_etcd(
@@ -149,11 +140,3 @@ async def _connect_etcd(
                 raise
             log.warning("etcd at %s not reachable yet: %s", endpoint, exc)
             await asyncio.sleep(0.5)
-
-
-def _fatal(task: asyncio.Task[None], stop: asyncio.Event) -> None:
-    if task.cancelled():
-        return
-    exc = task.exception()
-    log.critical("task %s ended (%r); stopping the controller", task.get_name(), exc, exc_info=exc)
-    stop.set()

@@ -105,8 +105,7 @@ def parse(argv: list[str] | None = None) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    asyncio.run(run(parse(argv)))
-    return 0
+    return asyncio.run(run(parse(argv)))
 
 
 if __name__ == "__main__":

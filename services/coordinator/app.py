@@ -1,6 +1,6 @@
 """The coordinator process: etcd, brokers, the offsets topic, ownership, gRPC server, metrics.
 
-Start order in :func:`run`: connect to etcd; wait for at least one registered broker (the
+Start order in :func:`_start`: connect to etcd; wait for at least one registered broker (the
 bootstrap list comes from ``/headwater/brokers/ids/``); create ``__consumer_offsets`` and
 ``__transaction_state`` through the controller when absent (compacted, RF = min(configured,
 live brokers), min.insync.replicas = min(2, RF)); start the gRPC server (port 0 allowed;
@@ -14,7 +14,9 @@ ownerships give every partition up at once (NOT_COORDINATOR) and the
 ``coordinator-registration`` task registers again under a new lease, after which the
 partitions are taken again with new epochs.
 
-Long-lived tasks (guarded: one that dies stops the process): ``coordinator-registration``
+The process runs through :class:`headwater.rpc.runner.ProcessRunner` (signals, ready file,
+shutdown order). Long-lived tasks (the runner's guarded tasks: one that dies stops the process
+with exit code 1): ``coordinator-registration``
 (re-registers after a lease loss), ``coordinator-ownership`` (owns
 the partition runtimes, each its own task), ``coordinator-txn-ownership`` (the same for
 ``__transaction_state``: txn/runtime.py) and ``coordinator-metrics`` (every
@@ -22,19 +24,24 @@ the partition runtimes, each its own task), ``coordinator-txn-ownership`` (the s
 owned partition's snapshot and the partitions' log ends) and ``coordinator-topic-watch``
 (every ``topic_watch_interval_s`` rebalances owned groups whose subscribed topics changed
 partition count: :mod:`topic_watch`).
+
+Stop (SIGTERM/SIGINT): deregister (revoking the lease lets peers take the partitions over at
+once), stop the server, cancel the tasks (the ownerships release their runtimes), close the
+producer, the admin client, the marker connections and etcd.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
-import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from headwater import errors, timeouts
+from headwater import errors
 from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncProducer
 from headwater.client.connection import ConnectionPool, parse_bootstrap
@@ -43,9 +50,10 @@ from headwater.client.security import ClientSecurity, set_default_security
 from headwater.rpc.auth.client import attach_service
 from headwater.rpc.auth.interceptor import ServerAuth
 from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
+from headwater.rpc.runner import ProcessRunner
 from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
 from headwater.rpc.server import start_server
-from services.controller.app import _connect_etcd, write_ready_file
+from services.controller.app import _connect_etcd
 from services.coordinator import metrics
 from services.coordinator.ownership import TXN_OWNERS_PREFIX, Ownership
 from services.coordinator.registration import CoordinatorRegistration
@@ -178,14 +186,17 @@ async def refresh_metrics(ownership: Ownership, admin: AsyncAdminClient, every_s
         shown = now
 
 
-async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Serve until ``stop`` is set (or SIGTERM/SIGINT), then deregister and shut down."""
-    stop = stop or asyncio.Event()
-    aloop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            aloop.add_signal_handler(sig, stop.set)
+async def run(settings: Settings, stop: asyncio.Event | None = None) -> int:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT), then deregister and shut down; returns
+    the exit code (headwater/rpc/runner.py)."""
+    name = f"coordinator {settings.coordinator_id}"
+    proc = ProcessRunner(name, ready_file=settings.ready_file, stop=stop)
+    return await proc.run(functools.partial(_start, settings))
+
+
+async def _start(settings: Settings, proc: ProcessRunner) -> dict[str, Any]:
     etcd = await _connect_etcd(settings.etcd, security=settings.security)
+    proc.closing("etcd", etcd.close)
     auth = ServerAuth(settings.security)
     await attach_service(auth, etcd)  # before any client below: their calls carry its token
     peer = settings.security.client_security()  # brokers and controller, as this service
@@ -194,36 +205,21 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     set_default_security(peer if peer is not None else ClientSecurity())
     brokers = await broker_bootstrap(etcd)
     bootstrap = ",".join(brokers)
+    pool = ConnectionPool(security=peer)
+    proc.closing("marker connections", pool.close, best_effort=True)
     admin = AsyncAdminClient(bootstrap, request_timeout_ms=5_000, security=peer)
+    proc.closing("admin client", admin.close, best_effort=True)
     partitions = await ensure_offsets_topic(admin, settings, len(brokers))
     txn_partitions = await ensure_internal_topic(
         admin, TXN_TOPIC, settings.transaction_state_partitions, settings, len(brokers)
     )
-    # Not idempotent: an idempotent producer whose sequenced batch expires (its outcome is
-    # unknown) enters a failed state for good, and a killed leader of an internal partition
-    # fails over no sooner than the broker lease (10 s) = the delivery timeout: one failover
-    # left this shared producer failing every later append of every partition of the process
-    # (each runtime gave up, reloaded, failed its epoch marker, forever; the transaction
-    # bounce test's copier waited on it for 120 s). A runtime gives its partition up on a
-    # failed append and reads back what it wrote, one request in flight keeps the order, and
-    # a record duplicated by a retry restates the same whole value: nothing needs sequences.
-    producer = AsyncProducer(
-        bootstrap,
-        acks="all",
-        enable_idempotence=False,
-        linger_ms=0,
-        max_in_flight=1,
-        delivery_timeout_ms=10_000,
-        request_timeout_ms=5_000,
-        client_id=f"coordinator-{settings.coordinator_id}",
-        security=peer,
-    )
+    producer = _internal_producer(settings, bootstrap, peer)
     await producer.start()
+    proc.closing("producer", producer.close, timeout=3, best_effort=True)
     ownership: Ownership | None = None
     txn_ownership: Ownership | None = None
     servicer = GroupCoordinatorServicer(etcd, lambda: ownership, admin, partitions, txn_partitions)
     tservicer = txn_servicer.TransactionCoordinatorServicer(lambda: txn_ownership, txn_partitions)
-    pool = ConnectionPool(security=peer)
     markers = MarkerWriter(pool, Metadata(pool, parse_bootstrap(bootstrap)), etcd, partitions)
     allocator = ProducerIdAllocator(etcd)
     server = await start_server(
@@ -236,6 +232,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         auth=auth,
         limits=settings.limits,
     )
+    proc.serving(server)
     metrics_url = (
         f"http://{settings.host}:{server.metrics_port}/metrics" if server.metrics_port > 0 else ""
     )
@@ -291,48 +288,43 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         task_prefix="coordinator-txn-partition",
     )
     await registration.register()
-    tasks = [
-        asyncio.create_task(registration.run(), name="coordinator-registration"),
-        asyncio.create_task(ownership.run(), name="coordinator-ownership"),
-        asyncio.create_task(txn_ownership.run(), name="coordinator-txn-ownership"),
-        asyncio.create_task(
-            refresh_metrics(ownership, admin, settings.metrics_interval_s),
-            name="coordinator-metrics",
-        ),
-        asyncio.create_task(
-            watch_partition_counts(ownership, admin, settings.topic_watch_interval_s),
-            name="coordinator-topic-watch",
-        ),
-    ]
-    for task in tasks:
-        task.add_done_callback(lambda t: _fatal(t, stop))
-    if settings.ready_file is not None:
-        write_ready_file(
-            settings.ready_file, {"port": server.port, "metrics_port": server.metrics_port}
-        )
+    # revoking the lease lets peers take the partitions over at once
+    proc.on_stop("deregister", registration.close, timeout=3, best_effort=True)
+    # The tasks, one line each (module doc):
+    proc.task("coordinator-registration", registration.run())
+    proc.task("coordinator-ownership", ownership.run())
+    proc.task("coordinator-txn-ownership", txn_ownership.run())
+    proc.task("coordinator-metrics", refresh_metrics(ownership, admin, settings.metrics_interval_s))
+    proc.task(
+        "coordinator-topic-watch",
+        watch_partition_counts(ownership, admin, settings.topic_watch_interval_s),
+    )
     log.info("coordinator %d serving on %s:%d", settings.coordinator_id, settings.host, server.port)
-    try:
-        await stop.wait()
-    finally:
-        log.info("coordinator %d stopping", settings.coordinator_id)
-        with contextlib.suppress(Exception):
-            await timeouts.wait_for(registration.close(), 3)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await server.stop(grace=1.0)
-        with contextlib.suppress(Exception):
-            await timeouts.wait_for(producer.close(), 3)
-        with contextlib.suppress(Exception):
-            await admin.close()
-        with contextlib.suppress(Exception):
-            await pool.close()
-        await etcd.close()
+    return {"port": server.port, "metrics_port": server.metrics_port}
 
 
-def _fatal(task: asyncio.Task[None], stop: asyncio.Event) -> None:
-    if task.cancelled():
-        return
-    exc = task.exception()
-    log.critical("task %s ended (%r); stopping the coordinator", task.get_name(), exc, exc_info=exc)
-    stop.set()
+def _internal_producer(
+    settings: Settings, bootstrap: str, peer: ClientSecurity | None
+) -> AsyncProducer:
+    """The one producer of every partition runtime's appends (not started).
+
+    Not idempotent: an idempotent producer whose sequenced batch expires (its outcome is
+    unknown) enters a failed state for good, and a killed leader of an internal partition
+    fails over no sooner than the broker lease (10 s) = the delivery timeout: one failover
+    left this shared producer failing every later append of every partition of the process
+    (each runtime gave up, reloaded, failed its epoch marker, forever; the transaction
+    bounce test's copier waited on it for 120 s). A runtime gives its partition up on a
+    failed append and reads back what it wrote, one request in flight keeps the order, and
+    a record duplicated by a retry restates the same whole value: nothing needs sequences.
+    """
+    return AsyncProducer(
+        bootstrap,
+        acks="all",
+        enable_idempotence=False,
+        linger_ms=0,
+        max_in_flight=1,
+        delivery_timeout_ms=10_000,
+        request_timeout_ms=5_000,
+        client_id=f"coordinator-{settings.coordinator_id}",
+        security=peer,
+    )
