@@ -3,6 +3,8 @@
 #   make dev     install if needed, then start a local cluster (etcd, 2 controllers, 3 brokers,
 #                2 coordinators)
 #   make test    install if needed, then run every test
+#   make test-fast  the pure-logic tests only (`pytest -m fast`: no process, no network, no
+#                gRPC, enforced by tests/helpers/purity.py); what to run on every change
 #   make test-secure  the replication and group suites with TLS, SCRAM and the authorizer on
 #                (HEADWATER_TEST_SECURITY=1, docs/security.md)
 #   make lint    ruff check, ruff format --check, mypy
@@ -51,7 +53,7 @@ export PATH := $(BIN):$(PATH)
 
 BENCH_FLAGS ?=
 
-.PHONY: install proto lint test test-secure dev ci fuzz clean bench-peers images test-images \
+.PHONY: install proto lint test test-fast test-secure dev ci fuzz clean bench-peers images test-images \
 	k8s-node k8s-node-down k8s-install test-k8s-node
 
 install: $(STAMP)
@@ -72,6 +74,9 @@ lint: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m fast -q
 
 test-secure: $(STAMP)
 	HEADWATER_TEST_SECURITY=1 $(BIN)/python -m pytest tests/replication tests/groups_client/test_groups_integration.py

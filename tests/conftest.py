@@ -15,6 +15,7 @@ import pytest
 
 from headwater.dev.cluster import LocalCluster
 from headwater.dev.etcd_server import EtcdServer
+from tests.helpers import purity
 from tests.security import switch as security_switch
 
 # The single-node Kubernetes tests (tests/k8s_node) need root and bring up a whole node: they run
@@ -29,6 +30,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     security_switch.unconfigure()
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_stay_pure(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Tests marked ``fast`` (``make test-fast``) start no process and use no network
+    (tests/helpers/purity.py); set HEADWATER_TEST_PURITY_ALL=1 to hold every test to it (how
+    the tier's members are found)."""
+    if request.node.get_closest_marker("fast") or os.environ.get("HEADWATER_TEST_PURITY_ALL"):
+        with purity.pure(monkeypatch):
+            yield
+    else:
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ from headwater.errors import (
     UnsupportedCompressionTypeError,
 )
 
+pytestmark = pytest.mark.fast
+
 MAX = 1 << 24
 
 # field indices in layout.HEADER

@@ -18,6 +18,8 @@ from headwater.batch import (
 )
 from headwater.errors import CorruptRecordError, InvalidRequestError
 
+pytestmark = pytest.mark.fast
+
 LIMIT = 1 << 20
 
 

@@ -14,6 +14,8 @@ import pytest
 from headwater.batch import decode_batches, validate_batches
 from headwater.client.partitioner import crc32c_partition
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "batch-format.md"
 

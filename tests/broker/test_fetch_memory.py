@@ -8,6 +8,8 @@ import pytest
 
 from services.broker.fetch_memory import FetchMemory
 
+pytestmark = pytest.mark.fast
+
 
 def test_per_connection_bound_blocks_that_connection_only() -> None:
     async def run() -> None:

@@ -10,6 +10,8 @@ from services.broker.quotas import entities
 from services.broker.quotas.manager import FETCH, PRODUCE, REQUEST, QuotaManager
 from services.broker.quotas.rate import WindowConfig
 
+pytestmark = pytest.mark.fast
+
 
 class Clock:
     def __init__(self) -> None:

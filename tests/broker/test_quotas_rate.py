@@ -11,6 +11,8 @@ from services.broker.quotas import entities
 from services.broker.quotas.rate import SampledRate, WindowConfig, throttle_delay_s, throttle_for
 from services.broker.quotas.timing import Timed
 
+pytestmark = pytest.mark.fast
+
 W = WindowConfig(num_windows=11, window_s=1.0)
 
 

@@ -3,35 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-
-def hw(
-    cluster: Any | None, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    e = dict(os.environ)
-    e.pop("HEADWATER_BOOTSTRAP", None)
-    if cluster is not None:
-        e["HEADWATER_BOOTSTRAP"] = cluster.bootstrap
-    e.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "headwater.cli.main", *args],
-        input=stdin,
-        capture_output=True,
-        env=e,
-        timeout=120,
-        check=False,
-    )
-
-
-def ok(proc: subprocess.CompletedProcess[bytes]) -> str:
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode()
+from tests.helpers.cli import hw, ok
 
 
 def test_acceptance_produce_100000_lines_and_consume_them_in_order(cluster: Any) -> None:

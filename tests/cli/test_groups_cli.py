@@ -13,7 +13,7 @@ import pytest
 
 from headwater.client import AsyncConsumer
 from headwater.dev.cluster import LocalCluster
-from tests.cli.test_cli import hw, ok
+from tests.helpers.cli import hw, ok
 from tests.helpers.wait import async_wait_for, wait_for
 
 TOPIC, GROUP, PARTS, PER = "gcli", "gcli-group", 3, 10

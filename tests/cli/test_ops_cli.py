@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from headwater.dev.cluster import LocalCluster
-from tests.cli.test_cli import hw, ok
+from tests.helpers.cli import hw, ok
 from tests.helpers.wait import wait_for
 
 

@@ -18,7 +18,7 @@ from headwater.cli.main import build_parser
 from headwater.client.security import SECURITY_CONFIG_ENV
 from headwater.dev.cluster import LocalCluster
 from headwater.errors import InvalidConfigError
-from tests.cli.test_cli import hw, ok
+from tests.helpers.cli import hw, ok
 
 ALICE_PW = "alice-secret-pw-1"
 BOB_PW = "bob-secret-pw-2"

@@ -14,6 +14,8 @@ from headwater.client.errors import BufferExhaustedError, DeliveryTimeoutError
 from headwater.client.types import GroupMetadata, PartitionRange, RecordMetadata, TopicPartition
 from headwater.errors import MessageTooLargeError, NotLeaderOrFollowerError
 
+pytestmark = pytest.mark.fast
+
 T = TypeVar("T")
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from headwater.client.fetch_wire import decode_fetch_response
 from headwater.v1 import broker_pb2
 
+pytestmark = pytest.mark.fast
+
 _i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 _i32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 

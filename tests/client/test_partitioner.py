@@ -17,6 +17,8 @@ from headwater.client.partitioner import (
 )
 from headwater.errors import InvalidConfigError
 
+pytestmark = pytest.mark.fast
+
 # Vectors other languages check against: unsigned CRC-32C (Castagnoli) of the key bytes.
 CRC32C_VECTORS = [
     (b"", 0x00000000),

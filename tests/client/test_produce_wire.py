@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from headwater.client.produce_wire import encode_produce_request, varint
 from headwater.v1 import broker_pb2
+
+pytestmark = pytest.mark.fast
 
 _parts = st.lists(
     st.tuples(

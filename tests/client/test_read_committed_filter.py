@@ -19,6 +19,8 @@ from headwater.client.consumer import AsyncConsumer
 from headwater.client.txn_filter import control_type, keep_flags
 from headwater.client.types import TopicPartition
 
+pytestmark = pytest.mark.fast
+
 P1, P2 = 1001, 1002
 
 

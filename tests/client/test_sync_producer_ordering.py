@@ -9,7 +9,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from headwater.client.sync import Producer, _LoopThread
+
+pytestmark = pytest.mark.fast
 
 
 class SlowBufferingProducer:

@@ -15,6 +15,8 @@ import pytest
 
 from headwater import timeouts
 
+pytestmark = pytest.mark.fast
+
 Waiter = Callable[[Awaitable[bool], float], Awaitable[bool]]
 
 

@@ -26,6 +26,8 @@ from headwater.client.types import TopicPartition
 from headwater.v1 import coordinator_pb2, transaction_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 
+pytestmark = pytest.mark.fast
+
 T = TypeVar("T")
 TP = TopicPartition("out", 0)
 

@@ -13,6 +13,8 @@ from headwater.batch.layout import Compression
 from services.broker.storage import cleaner, offset_map
 from services.broker.storage.log import Log
 
+pytestmark = pytest.mark.fast
+
 DAY = 24 * 3600 * 1000
 
 

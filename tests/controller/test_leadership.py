@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import leadership as ld
 from services.controller import reassignment as ra
 from services.controller import state as st
+
+pytestmark = pytest.mark.fast
 
 
 def ps(

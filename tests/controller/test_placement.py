@@ -11,6 +11,8 @@ from services.controller import state as st
 from services.controller.leadership import elect
 from services.controller.placement import assign_replicas, rack_alternated, start_index_for
 
+pytestmark = pytest.mark.fast
+
 
 def test_round_robin_matches_kafka_example() -> None:
     # Kafka's AdminUtils doc example: 5 brokers, 10 partitions, rf 3, start index 0

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator import records as rec
 from services.coordinator.group import GroupState, GroupTable
 from tests.coordinator.harness import PARKED, Harness
+
+pytestmark = pytest.mark.fast
 
 G = "g1"
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator import membership, offsets
 from services.coordinator.group import GroupState
 from services.coordinator.topic_watch import MAX_ATTEMPTS, GroupTopics, Seen, groups_to_rebalance
 from tests.coordinator.harness import Harness
+
+pytestmark = pytest.mark.fast
 
 
 def gt(

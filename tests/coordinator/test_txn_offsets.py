@@ -5,11 +5,15 @@ pending offsets alone."""
 
 from __future__ import annotations
 
+import pytest
+
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator import offsets, txn_offsets
 from services.coordinator.group import GroupTable
 from tests.coordinator.harness import Harness
+
+pytestmark = pytest.mark.fast
 
 
 def _commit(hn: Harness, pid: int, epoch: int, offset: int, p: int = 0) -> pb.OffsetCommitResponse:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from headwater.client.types import ConsumerRecord
 from headwater.v1 import transaction_pb2 as tpb
 from headwater.v1.errors_pb2 import ErrorCode
@@ -25,6 +27,8 @@ from services.coordinator.outcome import Outcome
 from services.coordinator.txn import handlers as h
 from services.coordinator.txn.runtime import TxnRuntime
 from services.coordinator.txn.state import TxnMetadata, TxnState, TxnTable, txn_key
+
+pytestmark = pytest.mark.fast
 
 TID = "copier-1"
 OLD, NEW = 2, 3  # the deposed owner's and the new owner's ownership epochs

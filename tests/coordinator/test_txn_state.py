@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from headwater.v1 import transaction_pb2 as tpb
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator import records as rec
 from services.coordinator.txn import handlers as h
 from services.coordinator.txn.state import MAX_EPOCH, TxnMetadata, TxnState, TxnTable
+
+pytestmark = pytest.mark.fast
 
 TID = "copier-1"
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.fault.harness.checker import BatchInfo, Read, check, compare_replicas
 from tests.fault.harness.history import History, from_tuples, load
+
+pytestmark = pytest.mark.fast
 
 
 def reads(*rows: tuple[int, int, str], source: str = "consumer") -> list[Read]:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli import hw, ok
 from tests.fault.harness.cluster import FaultCluster, partition_state, wait_partition
 from tests.fault.scenario import create_topic
+from tests.helpers.cli import hw, ok
 
 VICTIM, SURVIVOR = 1, 2
 KEY = "unclean.leader.election.enable"

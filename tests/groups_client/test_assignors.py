@@ -23,6 +23,8 @@ from headwater.client.assignors import (
 )
 from headwater.client.types import TopicPartition as TP
 
+pytestmark = pytest.mark.fast
+
 
 def subs(n: int, topics: tuple[str, ...] = ("t",)) -> dict[str, Subscription]:
     return {f"m{i}": Subscription(topics=topics) for i in range(n)}

@@ -12,6 +12,8 @@ from headwater.client.consumer import AsyncConsumer
 from headwater.client.errors import IllegalStateError
 from headwater.client.types import TopicPartition
 
+pytestmark = pytest.mark.fast
+
 
 def test_bad_group_config_is_a_typed_error() -> None:
     with pytest.raises(errors.InvalidGroupIdError):

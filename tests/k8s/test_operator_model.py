@@ -10,6 +10,8 @@ import pytest
 from headwater_operator import model
 from headwater_operator.config import OperatorConfig
 
+pytestmark = pytest.mark.fast
+
 
 def observed(partitions: int = 3, rf: int = 1, **config: str) -> model.ObservedTopic:
     return model.ObservedTopic("id-1", partitions, rf, 0, config)

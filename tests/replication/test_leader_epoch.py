@@ -18,6 +18,8 @@ from services.broker.storage.leader_epoch import (
 )
 from services.broker.storage.log import Log
 
+pytestmark = pytest.mark.fast
+
 
 def batch(n: int = 2, tag: int = 0) -> bytes:
     return encode_batch(

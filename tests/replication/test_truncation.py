@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from services.broker.replication.truncation import Target, truncation_target
 from services.broker.storage.leader_epoch import LeaderEpochCache
+
+pytestmark = pytest.mark.fast
 
 
 def _cache(tmp: Path, name: str, entries: list[tuple[int, int]]) -> LeaderEpochCache:

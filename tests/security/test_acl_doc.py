@@ -7,7 +7,11 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from headwater.rpc.auth.rules import RULES
+
+pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "security.md"

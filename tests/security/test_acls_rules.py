@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from headwater.rpc.auth import rules
 from headwater.rpc.auth.acls import CLUSTER_NAME, OP, PERM, PT, RT, Authorizer, Entry
 from headwater.v1 import (
@@ -11,6 +13,8 @@ from headwater.v1 import (
     security_pb2,
     transaction_pb2,
 )
+
+pytestmark = pytest.mark.fast
 
 TOPIC, GROUP, CLUSTER = RT.ACL_RESOURCE_TOPIC, RT.ACL_RESOURCE_GROUP, RT.ACL_RESOURCE_CLUSTER
 LIT, PRE = PT.ACL_PATTERN_LITERAL, PT.ACL_PATTERN_PREFIXED

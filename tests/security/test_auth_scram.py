@@ -8,6 +8,8 @@ import pytest
 
 from headwater.rpc.auth import scram, tokens
 
+pytestmark = pytest.mark.fast
+
 # RFC 7677 section 3 (SCRAM-SHA-256), user "user", password "pencil".
 CLIENT_NONCE_256 = "rOprNGfwEbeRWgbNEkqO"
 SERVER_NONCE_256 = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"

@@ -7,10 +7,14 @@ denied partitions answered TOPIC_AUTHORIZATION_FAILED, the others appended), not
 
 from __future__ import annotations
 
+import pytest
+
 from headwater.rpc.auth import rules
 from headwater.rpc.auth.interceptor import _split
 from headwater.v1 import broker_pb2
 from services.broker.handlers.produce_wire import decode_produce_request
+
+pytestmark = pytest.mark.fast
 
 
 def _request() -> bytes:

@@ -22,6 +22,8 @@ from headwater.rpc.security_flags import (
     security_from_args,
 )
 
+pytestmark = pytest.mark.fast
+
 # The examples of Kafka's documentation (ssl.principal.mapping.rules).
 KAFKA_RULES = (
     "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,"

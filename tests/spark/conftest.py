@@ -14,9 +14,6 @@ from typing import Any
 
 import pytest
 
-from headwater.client import AdminClient, Producer
-from tests.helpers.wait import wait_for
-
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
@@ -41,35 +38,3 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-def make_topic(bootstrap: str, name: str, partitions: int, **configs: str) -> None:
-    with AdminClient(bootstrap) as admin:
-        admin.create_topic(name, partitions, 1, configs or None)
-
-        def ready() -> bool:
-            try:
-                [t] = admin.describe_topics([name])
-            except Exception:
-                return False
-            return len(t.partitions) == partitions and all(p.leader >= 0 for p in t.partitions)
-
-        wait_for(ready, timeout=30, what=f"topic {name} ready")
-
-
-def produce(
-    bootstrap: str,
-    topic: str,
-    records: list[tuple[int, bytes | None, bytes]],
-    *,
-    timestamp: int | None = None,
-    headers: list[tuple[str, bytes | None]] | None = None,
-) -> list[Any]:
-    """Send (partition, key, value) records; returns their RecordMetadata in order."""
-    with Producer(bootstrap, acks="all", linger_ms=1) as p:
-        futs = [
-            p.send(topic, v, k, partition=part, timestamp=timestamp, headers=headers)
-            for part, k, v in records
-        ]
-        p.flush()
-        return [f.result(timeout=30) for f in futs]

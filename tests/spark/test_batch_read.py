@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import make_topic, produce
+from tests.helpers.spark import make_topic, produce
 
 
 def _read(spark: Any, bootstrap: str, **options: str) -> Any:

@@ -11,7 +11,7 @@ import pytest
 
 from headwater.client import AdminClient, TopicPartition
 from headwater.dev.cluster import LocalCluster
-from tests.spark.conftest import make_topic, produce
+from tests.helpers.spark import make_topic, produce
 
 
 @pytest.fixture(scope="module")

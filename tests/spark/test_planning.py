@@ -18,6 +18,8 @@ from headwater_spark.planning import (
 from headwater.client.types import TopicPartition
 from headwater.errors import InvalidConfigError
 
+pytestmark = pytest.mark.fast
+
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 
 

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from tests.spark.conftest import make_topic, produce
+from tests.helpers.spark import make_topic, produce
 
 HEADERS = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])

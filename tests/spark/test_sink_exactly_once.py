@@ -19,8 +19,8 @@ from headwater_spark.sink_txn import abort_batch, commit_batch, write_transactio
 from headwater.client import Consumer, TopicPartition
 from headwater.dev.cluster import LocalCluster
 from headwater.errors import InvalidConfigError
+from tests.helpers.spark import make_topic, produce
 from tests.helpers.wait import wait_for
-from tests.spark.conftest import make_topic, produce
 
 HERE = Path(__file__).resolve().parent
 

@@ -18,8 +18,8 @@ from headwater_spark.resolver import DataLossError
 from pyspark.errors import StreamingQueryException
 
 from headwater.client import AdminClient, TopicPartition
+from tests.helpers.spark import make_topic, produce
 from tests.helpers.wait import wait_for
-from tests.spark.conftest import make_topic, produce
 
 HERE = Path(__file__).resolve().parent
 

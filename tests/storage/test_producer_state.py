@@ -24,6 +24,8 @@ from services.broker.storage.producer_state import (
     ProducerStateManager,
 )
 
+pytestmark = pytest.mark.fast
+
 OpenLog = Callable[..., Log]
 
 

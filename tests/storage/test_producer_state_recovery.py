@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from storage_helpers import FakeClock, append, make_batch
 from test_producer_state import marker, pbatch
 
 from services.broker.storage import producer_snapshot
 from services.broker.storage.log import Log
+
+pytestmark = pytest.mark.fast
 
 OpenLog = Callable[..., Log]
 

@@ -9,6 +9,8 @@ import pytest
 from services.broker.storage.offset_index import OffsetIndex
 from services.broker.storage.time_index import TimeIndex
 
+pytestmark = pytest.mark.fast
+
 
 def test_offset_index_lookup_returns_largest_entry_at_or_below(tmp_path):
     idx = OffsetIndex(tmp_path / "x.index", 1000, 1024)

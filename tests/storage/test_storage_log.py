@@ -11,6 +11,8 @@ from headwater.batch import TimestampType, decode_batches, encode_batch, parse_h
 from headwater.config import TopicConfig
 from headwater.errors import InvalidRequestError, OffsetOutOfRangeError
 
+pytestmark = pytest.mark.fast
+
 
 def test_offsets_are_assigned_densely_across_appends(open_log):
     log = open_log()

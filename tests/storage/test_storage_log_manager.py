@@ -9,6 +9,8 @@ from headwater.config import TopicConfig
 from headwater.errors import InvalidTopicError, KafkaStorageError
 from services.broker.storage.log_manager import LogManager
 
+pytestmark = pytest.mark.fast
+
 
 def test_partitions_spread_over_log_dirs_and_reload(tmp_path, clock):
     dirs = [tmp_path / "d0", tmp_path / "d1", tmp_path / "d2"]

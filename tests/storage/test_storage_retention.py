@@ -8,6 +8,8 @@ from storage_helpers import append, make_batch, read_all
 from headwater.batch import decode_batches
 from headwater.errors import OffsetOutOfRangeError
 
+pytestmark = pytest.mark.fast
+
 
 def _fill(log, batches: int, *, ts0: int, step: int) -> list[bytes]:
     for i in range(batches):

@@ -15,6 +15,8 @@ from services.broker.storage import partition_metadata
 from services.broker.storage.fileio import DELETE_SUFFIX
 from services.broker.storage.log_manager import LogManager
 
+pytestmark = pytest.mark.fast
+
 OLD = uuid.uuid4().hex
 NEW = uuid.uuid4().hex
 

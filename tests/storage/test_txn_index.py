@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from storage_helpers import FakeClock, append, read_all
 from test_producer_state import marker
 
@@ -14,6 +15,8 @@ from headwater.batch import decode_batches, encode_batch, parse_header
 from services.broker.storage.cleaner import clean_log
 from services.broker.storage.log import Log
 from services.broker.storage.txn_index import AbortedTxn, TxnIndex, path_for
+
+pytestmark = pytest.mark.fast
 
 OpenLog = Callable[..., Log]
 
