@@ -109,10 +109,12 @@ class Release:
             return d
         return None
 
-    def pvc(self, name: str) -> tuple[str, str]:
-        """(uid, bound volume name) of a PersistentVolumeClaim."""
+    def pvc(self, name: str) -> tuple[str, str, str]:
+        """(uid, bound volume's name, bound volume's uid) of a PersistentVolumeClaim."""
         pvc = json.loads(self.kubectl("get", "pvc", name, "-o", "json"))
-        return pvc["metadata"]["uid"], pvc["spec"]["volumeName"]
+        volume = pvc["spec"]["volumeName"]
+        pv = json.loads(self.node.kubectl("get", "pv", volume, "-o", "json"))
+        return pvc["metadata"]["uid"], volume, pv["metadata"]["uid"]
 
     def pv_path(self, volume: str) -> Path:
         pv = json.loads(self.node.kubectl("get", "pv", volume, "-o", "json"))
@@ -284,6 +286,7 @@ class Volume:
     claim: str
     uid: str
     volume: str
+    pv_uid: str
     segment: Path
     inode: int
     size: int
@@ -291,10 +294,10 @@ class Volume:
     @classmethod
     def of(cls, rel: Release, pod: str, partition: int) -> Volume:
         claim = f"data-0-{pod}"
-        uid, volume = rel.pvc(claim)
+        uid, volume, pv_uid = rel.pvc(claim)
         segment = rel.pv_path(volume) / f"{TOPIC}-{partition}" / "00000000000000000000.log"
         st = segment.stat()
-        return cls(claim, uid, volume, segment, st.st_ino, st.st_size)
+        return cls(claim, uid, volume, pv_uid, segment, st.st_ino, st.st_size)
 
     def check_kept(self, rel: Release, pod: dict[str, Any]) -> None:
         """The new pod mounts the same claim, bound to the same volume, and the log file is
@@ -305,7 +308,7 @@ class Volume:
             if "persistentVolumeClaim" in v
         }
         assert claims == {self.claim}, claims
-        assert rel.pvc(self.claim) == (self.uid, self.volume)
+        assert rel.pvc(self.claim) == (self.uid, self.volume, self.pv_uid)
         st = self.segment.stat()
         assert st.st_ino == self.inode and st.st_size >= self.size, (st, self)
 
