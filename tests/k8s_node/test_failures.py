@@ -169,9 +169,10 @@ def _remove(node: Node) -> None:
     for pv in pvs:
         claim = pv["spec"].get("claimRef") or {}
         if claim.get("namespace") == NS:
+            # the directory first: a concurrent install-chart.sh recreates both once the PV is gone
+            shutil.rmtree(pv["spec"]["hostPath"]["path"], ignore_errors=True)
             node.run("kubectl", "delete", "pv", pv["metadata"]["name"], "--wait=true",
                      check=False)  # fmt: skip
-            shutil.rmtree(pv["spec"]["hostPath"]["path"], ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
