@@ -10,13 +10,14 @@
 # the images' user), then `helm upgrade --install hw charts/headwater -n headwater --wait`
 # changing only the image references (pullPolicy Never: the node has no registry) and the broker
 # CPU request (3 x 500m and the rest do not fit 2 cores). Every client runs through in-node.
+# RELEASE and NAMESPACE (default hw, headwater) name another release, e.g. a test's own.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 IMAGES_JSON="${HEADWATER_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/headwater-k8s/images}/out/images.json"
 PVS="${HEADWATER_K8S_NODE_PVS:-8}"
-RELEASE=hw
-NAMESPACE=headwater
+RELEASE="${RELEASE:-hw}"
+NAMESPACE="${NAMESPACE:-headwater}"
 
 bash "$HERE/node.sh" up >/dev/null
 eval "$(bash "$HERE/node.sh" env)"
