@@ -61,6 +61,8 @@ SMALL = [
 #: helm upgrade --wait bound: a roll of 4 brokers, each up to ~60 s on a loaded node
 HELM_TIMEOUT_S = 15 * 60
 NAMESPACE_GONE_S = 180
+#: install (~4 min) + the roll of 3 brokers under a producer + the scale-up, on a loaded node
+pytestmark = pytest.mark.timeout(45 * 60)
 
 
 def _ts(text: str) -> datetime:
@@ -128,6 +130,11 @@ class Release:
     def job_pod(self, job: str) -> str:
         pods = self.get("pods", "-l", f"job-name={job}")["items"]
         return str(pods[0]["metadata"]["name"]) if pods else ""
+
+    def logs_so_far(self, job: str) -> str:
+        """The job's last log line; empty while its pod is not started yet."""
+        proc = self.node.run("kubectl", "-n", NS, "logs", f"job/{job}", "--tail=1", check=False)
+        return proc.stdout if proc.returncode == 0 else ""
 
     def job_result(self, job: str) -> dict[str, Any]:
         logs = self.kubectl("logs", f"job/{job}")
@@ -234,13 +241,13 @@ def test_helm_upgrade_rolls_brokers_one_at_a_time_and_a_producer_loses_nothing(
 
     rel.kubectl("apply", "-f", "-", input=rel.pod_manifest(
         "producer", rel.workload("produce", "roll"), job=True))  # fmt: skip
-    wait_for(lambda: '"progress"' in rel.kubectl("logs", "job/producer", "--tail=1"),
+    wait_for(lambda: '"progress"' in rel.logs_so_far("producer"),
              timeout=300, what="the producer's first acks", interval=2)  # fmt: skip
 
     started = time.monotonic()
     # a broker setting: the default retention of topics (a --config flag of every broker)
     rel.helm("upgrade", RELEASE, str(REPO / "charts" / "headwater"), "--reuse-values",
-             "--set", "broker.config.retention\\.ms=172800000",
+             "--set-string", "broker.config.retention\\.ms=172800000",
              "--wait", "--timeout", f"{HELM_TIMEOUT_S}s")  # fmt: skip
     roll_s = time.monotonic() - started
 
