@@ -81,7 +81,7 @@ async def consume(bootstrap: str, topic: str) -> dict[str, object]:
         await consumer.seek_to_beginning(*tps)
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
-        while any(await consumer.position(tp) < end[tp] for tp in tps):
+        while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
             records = await consumer.poll(timeout_ms=500, max_records=5000)
             if records:
                 idle_since = loop.time()
