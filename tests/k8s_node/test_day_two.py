@@ -23,7 +23,6 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -33,9 +32,8 @@ from typing import Any
 import pytest
 
 from tests.helpers.wait import wait_for
-from tests.k8s_node.node import REPO, Node
+from tests.k8s_node.node import REPO, Node, install_chart
 
-INSTALL = REPO / "scripts" / "k8s" / "install-chart.sh"
 WORKLOAD = Path(__file__).with_name("day_two_workload.py")
 IMAGES_JSON = Path.home() / ".cache" / "headwater-k8s" / "images" / "out" / "images.json"
 RELEASE = "day2"
@@ -211,14 +209,7 @@ def day2(k8s_node: Node) -> Iterator[Release]:
             os.chown(d, 10001, 10001)
             d.chmod(0o770)
         k8s_node.kubectl("apply", "-f", "-", input=_storage(k8s_node))
-        proc = subprocess.run(
-            ["nice", "-n", "10", "bash", str(INSTALL), *SMALL],
-            env={**os.environ, "RELEASE": RELEASE, "NAMESPACE": NS},
-            capture_output=True,
-            text=True,
-            timeout=15 * 60,
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        install_chart(*SMALL, release=RELEASE, namespace=NS)
         rel = Release(k8s_node)
         rel.kubectl("create", "configmap", "day2-workload", f"--from-file={WORKLOAD}")
         rel.kubectl("apply", "-f", "-", input=rel.pod_manifest(
