@@ -144,6 +144,25 @@ def test_default_objects(k8s_tools: Path) -> None:
     assert broker["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     assert c["resources"]["requests"]["memory"]
 
+    # day two: brokers roll one pod at a time (the StatefulSet controller deletes the next pod
+    # only once the previous one is Ready, i.e. serving); SIGTERM moves leaderships away
+    # (--controlled-shutdown-timeout-s) well within the grace period; the PDBs let an eviction
+    # take at most one pod of each service
+    assert broker["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    assert broker["spec"]["updateStrategy"].get("rollingUpdate", {}).get("maxUnavailable", 1) == 1
+    pod = broker["spec"]["template"]["spec"]
+    assert "--controlled-shutdown-timeout-s=20" in args
+    assert pod["terminationGracePeriodSeconds"] > 20 + 10
+    pdbs = by_kind(docs, "PodDisruptionBudget")
+    for name, workload in [
+        ("hw-headwater-broker", broker),
+        ("hw-headwater-controller", deps["hw-headwater-controller"]),
+        ("hw-headwater-coordinator", deps["hw-headwater-coordinator"]),
+    ]:
+        assert pdbs[name]["spec"]["maxUnavailable"] == 1
+        selector = pdbs[name]["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+
     controller = container(deps["hw-headwater-controller"], "controller")
     assert "--host=$(POD_IP)" in controller["args"]
     assert controller["livenessProbe"]["grpc"]["port"] == 9093
@@ -281,6 +300,11 @@ def test_rack_script_runs(k8s_tools: Path, tmp_path: Path) -> None:
         (["--set", "tls.enabled=true"], "'/tls/secretName': minLength"),
         (["--set", "tls.clientAuth=sometimes"], "'/tls/clientAuth': value must be one of"),
         (["--set", "etcd.replicas=2"], "'/etcd/replicas': value must be one of"),
+        # the kubelet's SIGKILL would cut the controlled shutdown short
+        (
+            ["--set", "broker.terminationGracePeriodSeconds=25"],
+            "must exceed broker.controlledShutdownTimeoutSeconds",
+        ),
         # a typo is refused, not ignored
         (["--set", "brokers.replicas=3"], "additional properties 'brokers' not allowed"),
     ],

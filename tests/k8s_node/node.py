@@ -167,11 +167,12 @@ class Node:
         return dict(line.split(" ", 1) for line in path.read_text().splitlines())
 
 
-def install_chart(*args: str) -> None:
+def install_chart(*args: str, release: str = "hw", namespace: str = "headwater") -> None:
     """scripts/k8s/install-chart.sh ARGS (``make k8s-install``: release ``hw`` in namespace
     ``headwater`` by default); AssertionError with its output when it fails."""
     proc = subprocess.run(
         ["nice", "-n", "10", "bash", str(INSTALL_CHART), *args],
+        env={**os.environ, "RELEASE": release, "NAMESPACE": namespace},
         capture_output=True,
         text=True,
         timeout=INSTALL_TIMEOUT_S,
