@@ -14,9 +14,9 @@ import pytest
 
 from headwater import timeouts
 from headwater.rpc.runner import ProcessRunner, write_ready_file
+from tests.helpers.wait import async_wait_for
 
 pytestmark = pytest.mark.fast
-from tests.helpers.wait import async_wait_for
 
 PAYLOAD = {"port": 1234, "metrics_port": 5678}
 
