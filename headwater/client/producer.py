@@ -68,11 +68,12 @@ from headwater.client import partitioner as partitioners
 from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, Header
 from headwater.client.bulk import BulkAppender, check_bytes
 from headwater.client.connection import ConnectionPool, parse_bootstrap
-from headwater.client.errors import BufferExhaustedError, ProducerClosedError
+from headwater.client.errors import ProducerClosedError
 from headwater.client.metadata import Metadata
 from headwater.client.record_future import RecordFuture
 from headwater.client.security import ClientSecurity
 from headwater.client.sender import Sender
+from headwater.client.topic_partitions import TopicPartitions
 from headwater.client.types import GroupMetadata, RecordMetadata, TopicPartition
 from headwater.v1 import broker_pb2
 
@@ -187,7 +188,9 @@ class AsyncProducer:
         self._sender: Sender | None = None
         self._bulk: BulkAppender | None = None
         self._sender_task: asyncio.Task[None] | None = None
+        #: topic -> partitions (``topic_partitions.py``), read directly by send/produce
         self._tps: dict[str, list[TopicPartition]] = {}
+        self._topics: TopicPartitions | None = None
         self._closed = False
         self._dead: BaseException | None = None
         self._start_lock: asyncio.Lock | None = None
@@ -215,8 +218,7 @@ class AsyncProducer:
                 request_timeout_ms=c["request_timeout_ms"],
                 retry_backoff_ms=c["retry_backoff_ms"],
             )
-            self._metadata.add_listener(lambda _v: self._tps.clear())
-            self._acc = Accumulator(
+            acc = Accumulator(
                 batch_size=c["batch_size"],
                 linger_ms=c["linger_ms"],
                 buffer_memory=c["buffer_memory"],
@@ -225,9 +227,12 @@ class AsyncProducer:
                 compression=self._compression,
                 on_batch_sealed=self._on_batch_sealed,
             )
+            # before _acc: produce() from another thread starts once _acc is set
+            self._topics = TopicPartitions(self._tps, self._metadata, acc, self.max_block_ms)
             self._bulk = BulkAppender(
-                self._acc, self.partitioner, self.max_request_size, self._check_open
+                acc, self.partitioner, self.max_request_size, self._check_open
             )
+            self._acc = acc
             producing: idempotence.Producing | None = None
             if self._seq is not None:
                 if self.transactional_id is not None:
@@ -384,23 +389,6 @@ class AsyncProducer:
             if n:
                 self._sticky.on_batch_sealed(topic, partition, n)
 
-    async def _partitions(self, topic: str) -> list[TopicPartition]:
-        tps = self._tps.get(topic)
-        if tps is not None:
-            return tps
-        assert self._metadata is not None
-        info = self._metadata.view.topics.get(topic)
-        if info is None:
-            try:
-                info = await self._metadata.wait_for_topic(topic, self.max_block_ms / 1000)
-            except errors.UnknownTopicOrPartitionError:
-                raise
-            except errors.HeadwaterError as exc:
-                raise BufferExhaustedError(f"no metadata for topic {topic!r}: {exc}") from exc
-        tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
-        self._tps[topic] = tps
-        return tps
-
     # ------------------------------------------------------------ sending
 
     async def send(
@@ -424,7 +412,8 @@ class AsyncProducer:
         self._check_open()
         tps = self._tps.get(topic)
         if tps is None:
-            tps = await self._partitions(topic)
+            assert self._topics is not None
+            tps = await self._topics.wait(topic)
         if type(value) is not bytes:
             check_bytes("value", value)
         if key is not None and type(key) is not bytes:
@@ -500,7 +489,8 @@ class AsyncProducer:
                 self._txn.check_can_send()
         tps = self._tps.get(topic)
         if tps is None:
-            tps = self._partitions_from_any_thread(topic)
+            assert self._topics is not None
+            tps = self._topics.wait_from_any_thread(topic)
         if type(value) is not bytes:
             check_bytes("value", value)
         size = RECORD_OVERHEAD + (len(value) if value is not None else 0)
@@ -537,32 +527,12 @@ class AsyncProducer:
             callback,
         )
 
-    def _partitions_from_any_thread(self, topic: str) -> list[TopicPartition]:
-        """The topic's partitions from the metadata view, else waited for (another thread)."""
-        acc = self._acc
-        assert acc is not None and self._metadata is not None
-        info = self._metadata.view.topics.get(topic)
-        if info is not None:
-            tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
-            self._tps[topic] = tps
-            return tps
-        loop = acc._loop
-        if loop is None or acc.on_loop_thread():
-            raise BufferExhaustedError(
-                f"no metadata for topic {topic!r} yet: await partitions_for({topic!r}) first"
-            )
-        fut = asyncio.run_coroutine_threadsafe(self._partitions(topic), loop)
-        try:
-            return fut.result(self.max_block_ms / 1000 + 1)
-        except TimeoutError:
-            fut.cancel()
-            raise BufferExhaustedError(f"no metadata for topic {topic!r}") from None
-
     async def partitions_for(self, topic: str) -> list[TopicPartition]:
         """The topic's partitions (waiting up to ``max_block_ms`` for its metadata)."""
         if self._sender_task is None:
             await self.start()
-        return list(await self._partitions(topic))
+        assert self._topics is not None
+        return list(await self._topics.wait(topic))
 
     async def send_and_wait(self, topic: str, value: bytes | None, **kw: Any) -> RecordMetadata:
         return await (await self.send(topic, value, **kw))
@@ -589,7 +559,8 @@ class AsyncProducer:
         self._check_open()
         tps = self._tps.get(topic)
         if tps is None:
-            tps = await self._partitions(topic)
+            assert self._topics is not None
+            tps = await self._topics.wait(topic)
         assert self._bulk is not None
         ts = _now_ms() if timestamp is None else timestamp
         return await self._bulk.add(topic, tps, values, keys, headers, ts, partition)
