@@ -14,14 +14,10 @@ It starts unknown and is resolved with ``auto_offset_reset`` (earliest | latest 
 :class:`NoOffsetForPartitionError`), or set with ``seek``/``seek_to_beginning``/
 ``seek_to_end``/a timestamp via ``offsets_for_times``.
 
-Fetching: one task per assigned partition holds one ``Broker.Fetch`` server stream at a time,
-starting at the position, and appends each response's raw batches to the partition's buffer
-(tagged with the partition's *epoch*, bumped by every seek so stale data is dropped). The
-buffer is bounded: when it holds ``max_buffer_bytes`` the task stops reading the stream and
-gRPC flow control holds the broker back. The task restarts the stream after retriable errors
-(metadata refresh, new leader) and applies ``auto_offset_reset`` on OFFSET_OUT_OF_RANGE.
-A response's ``throttle_time_ms`` (quota, docs/quotas.md) pauses reading the stream for that
-long; the broker holds the stream's next response as well.
+Fetching (:mod:`headwater.client.fetcher`): one task per assigned partition holds one
+``Broker.Fetch`` server stream at a time, starting at the position, into a bounded buffer
+(``max_buffer_bytes``; gRPC flow control then holds the broker back); it restarts the stream
+after retriable errors and applies ``auto_offset_reset`` on OFFSET_OUT_OF_RANGE.
 Non-retriable errors are raised by the next ``poll``. Decoding (CRC check, decompression)
 happens in ``poll`` on whole batches.
 
@@ -43,7 +39,7 @@ offsets and retries UNSTABLE_OFFSET_COMMIT until the request timeout.
 
 Ownership: everything runs on one event loop; the fetch task of a partition is the only
 writer of its ``pending`` list, ``poll`` the only reader; positions are changed only by
-``poll`` and the seek methods (callers on the loop).
+``poll``, the seek methods (callers on the loop) and an offset reset in the fetch task.
 """
 
 from __future__ import annotations
@@ -52,14 +48,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
-import grpc
-
 from headwater import errors, timeouts
-from headwater.batch import RecordBatch, decode_batches
-from headwater.client import txn_filter
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.coordinator_client import CoordinatorClient
 from headwater.client.errors import (
@@ -67,7 +58,8 @@ from headwater.client.errors import (
     IllegalStateError,
     NoOffsetForPartitionError,
 )
-from headwater.client.fetched import FetchedBatch, first_index_at, offset_at
+from headwater.client.fetched import FetchedBatch
+from headwater.client.fetcher import FetchConfig, Fetcher, PartitionState
 from headwater.client.group import GroupConfig, GroupMember, RebalanceListener
 from headwater.client.metadata import Metadata
 from headwater.client.offsets import EARLIEST, LATEST, list_offsets
@@ -76,51 +68,6 @@ from headwater.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPart
 from headwater.v1 import broker_pb2
 
 log = logging.getLogger(__name__)
-
-
-class _Partition:
-    """Fetch state of one assigned partition (see module docstring for ownership)."""
-
-    __slots__ = (
-        "buffered",
-        "epoch",
-        "error",
-        "high_watermark",
-        "pending",
-        "position",
-        "ready",
-        "space",
-        "task",
-        "tp",
-    )
-
-    def __init__(self, tp: TopicPartition) -> None:
-        self.tp = tp
-        self.position: int | None = None
-        self.epoch = 0
-        self.task: asyncio.Task[None] | None = None
-        # (epoch, raw batches, the response's aborted transactions as (pid, first_offset))
-        self.pending: deque[tuple[int, memoryview, list[tuple[int, int]]]] = deque()
-        # decoded, at or past position; False: dropped by the transaction filter
-        self.ready: deque[tuple[RecordBatch, bool]] = deque()
-        self.buffered = 0
-        self.space = asyncio.Event()
-        self.space.set()
-        self.error: errors.HeadwaterError | None = None
-        self.high_watermark = -1
-
-    def reset_buffers(self) -> None:
-        self.epoch += 1
-        self.pending.clear()
-        self.ready.clear()
-        self.buffered = 0
-        self.space.set()
-        self.error = None
-
-    def consumed(self, nbytes: int, limit: int) -> None:
-        self.buffered -= nbytes
-        if self.buffered < limit:
-            self.space.set()
 
 
 class AsyncConsumer:
@@ -185,10 +132,23 @@ class AsyncConsumer:
         self._metadata_max_age_ms = metadata_max_age_ms
         self._pool: ConnectionPool | None = None
         self._metadata: Metadata | None = None
-        self._parts: dict[TopicPartition, _Partition] = {}
+        self._parts: dict[TopicPartition, PartitionState] = {}
         self._wake: asyncio.Event | None = None
+        self._fetcher: Fetcher | None = None
+        self._fetch_cfg = FetchConfig(
+            auto_offset_reset=auto_offset_reset,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            fetch_min_bytes=fetch_min_bytes,
+            max_partition_fetch_bytes=max_partition_fetch_bytes,
+            max_buffer_bytes=max_buffer_bytes,
+            timeout_s=self.timeout_s,
+            backoff_s=self.backoff_s,
+            check_crcs=check_crcs,
+            client_id=client_id,
+            isolation=self._isolation,
+            read_committed=self.read_committed,
+        )
         self._closed = False
-        self._rr = 0
         self._group_cfg: GroupConfig | None = None
         if group_id is not None:
             self._group_cfg = GroupConfig(
@@ -221,9 +181,12 @@ class AsyncConsumer:
                 retry_backoff_ms=int(self.backoff_s * 1000),
             )
             self._wake = asyncio.Event()
+            self._fetcher = Fetcher(
+                self._pool, self._metadata, self._wake, self._parts, self._fetch_cfg
+            )
         return self._pool, self._metadata
 
-    def _part(self, tp: TopicPartition) -> _Partition:
+    def _part(self, tp: TopicPartition) -> PartitionState:
         st = self._parts.get(tp)
         if st is None:
             raise IllegalStateError(f"{tp.topic}[{tp.partition}] is not assigned")
@@ -279,10 +242,10 @@ class AsyncConsumer:
         """The membership code's way to set the assignment (see :mod:`.group`)."""
         for tp in list(self._parts):
             if tp not in partitions:
-                self._stop(self._parts.pop(tp))
+                self._parts.pop(tp).stop()
         for tp in sorted(partitions):
             if tp not in self._parts:
-                self._parts[tp] = _Partition(tp)
+                self._parts[tp] = PartitionState(tp)
         if self._wake is not None:
             self._wake.set()
 
@@ -309,26 +272,20 @@ class AsyncConsumer:
             raise IllegalStateError("duplicate partitions in assignment")
         for tp in list(self._parts):
             if tp not in wanted:
-                self._stop(self._parts.pop(tp))
+                self._parts.pop(tp).stop()
         for tp in wanted:
             if tp not in self._parts:
-                self._parts[tp] = _Partition(tp)
+                self._parts[tp] = PartitionState(tp)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._parts)
-
-    def _stop(self, st: _Partition) -> None:
-        st.reset_buffers()
-        if st.task is not None:
-            st.task.cancel()
-            st.task = None
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """The next poll returns records of ``tp`` from ``offset``."""
         if offset < 0:
             raise errors.OffsetOutOfRangeError(f"cannot seek to negative offset {offset}")
         st = self._part(TopicPartition(*tp))
-        self._stop(st)
+        st.stop()
         st.position = offset
 
     async def _seek_to(self, spec: int, tps: Sequence[TopicPartition]) -> None:
@@ -401,7 +358,7 @@ class AsyncConsumer:
         """The last high watermark seen for ``tp`` (-1 before the first fetch response)."""
         return self._part(TopicPartition(*tp)).high_watermark
 
-    async def _resolve_positions(self, parts: list[_Partition]) -> None:
+    async def _resolve_positions(self, parts: list[PartitionState]) -> None:
         if not parts:
             return
         if self.auto_offset_reset == "none":
@@ -421,173 +378,6 @@ class AsyncConsumer:
         for st in parts:
             if st.position is None:
                 st.position = found[st.tp].offset
-
-    # ------------------------------------------------------------ fetching
-
-    def _ensure_fetching(self) -> None:
-        loop = asyncio.get_running_loop()
-        for st in self._parts.values():
-            if st.task is None and st.position is not None and st.error is None:
-                st.task = loop.create_task(
-                    self._fetch_loop(st, st.epoch, st.position),
-                    name=f"fetch-{st.tp.topic}-{st.tp.partition}",
-                )
-                st.task.add_done_callback(self._fetch_done(st))
-
-    def _fetch_done(self, st: _Partition) -> Callable[[asyncio.Task[None]], None]:
-        def done(task: asyncio.Task[None]) -> None:
-            if st.task is task:
-                st.task = None
-            if not task.cancelled() and task.exception() is not None:
-                exc = task.exception()
-                log.error("fetch task for %s died", st.tp, exc_info=exc)
-                st.error = errors.UnknownServerError(f"fetch task died: {exc!r}")
-            if self._wake is not None:
-                self._wake.set()
-
-        return done
-
-    async def _fetch_loop(self, st: _Partition, epoch: int, offset: int) -> None:
-        """Hold a Fetch stream for ``st`` from ``offset``; the partition's only writer."""
-        pool, md = self._ensure_started()
-        tp = st.tp
-        while st.epoch == epoch:
-            address = md.view.leader_address(tp)
-            if address is None:
-                try:
-                    await md.refresh()
-                except errors.HeadwaterError as exc:
-                    log.debug("metadata refresh for %s failed: %s", tp, exc)
-                if md.view.leader_address(tp) is None:
-                    await asyncio.sleep(self.backoff_s)
-                continue
-            request = broker_pb2.FetchRequest(
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=offset,
-                max_wait_ms=self.fetch_max_wait_ms,
-                min_bytes=self.fetch_min_bytes,
-                max_bytes=self.max_partition_fetch_bytes,
-                replica_id=-1,
-                current_leader_epoch=-1,
-                client_id=self.client_id,
-                isolation_level=self._isolation,
-            )
-            call = pool.raw_fetch(address)(request)
-            err: errors.HeadwaterError | None = None
-            try:
-                async for resp in call:
-                    if st.epoch != epoch:
-                        return
-                    if resp.error_code:
-                        err = errors.error_for_code(resp.error_code, resp.error_message)
-                        break
-                    st.high_watermark = resp.high_watermark
-                    records = resp.records  # a view of the received message
-                    if records:
-                        st.pending.append((epoch, records, resp.aborted))
-                        st.buffered += len(records)
-                        assert self._wake is not None
-                        self._wake.set()
-                        offset = resp.next_offset
-                        if st.buffered >= self.max_buffer_bytes:
-                            st.space.clear()
-                            await st.space.wait()
-                    elif resp.next_offset > offset:
-                        offset = resp.next_offset
-                    if resp.throttle_time_ms > 0:  # quota: read no further until it passes
-                        await asyncio.sleep(resp.throttle_time_ms / 1000)
-            except grpc.RpcError as exc:
-                err = errors.from_rpc_error(exc)
-            finally:
-                call.cancel()
-            if st.epoch != epoch:
-                return
-            if err is None:
-                continue  # the broker ended the stream; open a new one
-            if isinstance(err, errors.OffsetOutOfRangeError):
-                if self.auto_offset_reset == "none":
-                    st.error = err
-                    return
-                spec = EARLIEST if self.auto_offset_reset == "earliest" else LATEST
-                found = await list_offsets(
-                    pool, md, {tp: spec}, timeout_s=self.timeout_s, isolation_level=self._isolation
-                )
-                if st.epoch != epoch:
-                    return
-                log.info("%s: offset %d out of range, reset to %d", tp, offset, found[tp].offset)
-                st.reset_buffers()
-                epoch = st.epoch
-                st.position = offset = found[tp].offset
-                continue
-            if not err.retriable:
-                st.error = err
-                return
-            log.debug("fetch %s: %s; retrying", tp, err)
-            if err.invalid_metadata:
-                md.request_update()
-            await asyncio.sleep(self.backoff_s)
-
-    # ------------------------------------------------------------ polling
-
-    def _take(self, st: _Partition, budget: int | None) -> tuple[list[FetchedBatch], int]:
-        """Hand out decoded batches of ``st`` from its position, at most ``budget`` records."""
-        out: list[FetchedBatch] = []
-        taken = 0
-        while budget is None or taken < budget:
-            if not st.ready:
-                if not st.pending:
-                    break
-                epoch, raw, aborted = st.pending.popleft()
-                if epoch != st.epoch:
-                    continue
-                try:
-                    batches = decode_batches(raw, check_crc=self.check_crcs)
-                    keep = txn_filter.keep_flags(
-                        batches, aborted, read_committed=self.read_committed
-                    )
-                except errors.HeadwaterError as exc:
-                    st.consumed(len(raw), self.max_buffer_bytes)
-                    st.error = exc
-                    break
-                st.ready.extend(zip(batches, keep, strict=True))
-            b, deliver = st.ready[0]
-            pos = st.position if st.position is not None else b.header.base_offset
-            if not deliver:
-                st.ready.popleft()
-                st.consumed(b.header.total_size, self.max_buffer_bytes)
-                st.position = max(pos, b.header.next_offset)
-                continue
-            start = first_index_at(b, pos)
-            count = b.header.record_count
-            stop = count if budget is None else min(count, start + budget - taken)
-            if stop >= count:
-                st.ready.popleft()
-                st.consumed(b.header.total_size, self.max_buffer_bytes)
-            if start < stop:
-                out.append(FetchedBatch(st.tp, b, start, stop))
-                taken += stop - start
-            st.position = max(pos, offset_at(b, stop))
-        return out, taken
-
-    def _collect(self, max_records: int | None) -> list[FetchedBatch]:
-        parts = list(self._parts.values())
-        if not parts:
-            return []
-        self._rr = (self._rr + 1) % len(parts)
-        out: list[FetchedBatch] = []
-        left = max_records
-        for st in parts[self._rr :] + parts[: self._rr]:
-            if st.error is not None and not out:
-                exc, st.error = st.error, None
-                raise exc
-            got, n = self._take(st, left)
-            out.extend(got)
-            if left is not None:
-                left -= n
-                if left <= 0:
-                    break
-        return out
 
     async def poll_batches(
         self, timeout_ms: float = 500, max_records: int | None = None
@@ -610,8 +400,10 @@ class AsyncConsumer:
             await self._resolve_positions(
                 [st for st in self._parts.values() if st.position is None]
             )
-            self._ensure_fetching()
-            out = self._collect(max_records)
+            fetcher = self._fetcher
+            assert fetcher is not None
+            fetcher.ensure_fetching()
+            out = fetcher.collect(max_records)
             if out:
                 return out
             remaining = deadline - time.monotonic()
@@ -640,7 +432,7 @@ class AsyncConsumer:
         self._closed = True
         tasks = [st.task for st in self._parts.values() if st.task is not None]
         for st in self._parts.values():
-            self._stop(st)
+            st.stop()
         if tasks:
             await asyncio.wait(tasks)
         if self._metadata is not None:

@@ -21,8 +21,8 @@ the producer's own loop it cannot wait and raises :class:`BufferExhaustedError` 
 ``send`` does per record only: a partition choice, a size estimate and list appends.
 ``send_many`` hands the producer a whole list: sizes are computed with numpy, the list is
 cut into batch-sized runs by slicing, keyed records are grouped by partition with one stable
-argsort. Records are encoded a batch at a time when the sender drains them
-(:mod:`headwater.client.accumulator`, :mod:`headwater.client.sender`).
+argsort (:mod:`headwater.client.bulk`). Records are encoded a batch at a time when the sender
+drains them (:mod:`headwater.client.accumulator`, :mod:`headwater.client.sender`).
 
 Configuration (Kafka's names and meanings): ``acks`` 0 | 1 | "all"; ``batch_size`` (bytes,
 default 1 MiB — Headwater's RPCs are expensive per call, so batches are big);
@@ -59,28 +59,25 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 from typing import Any
-
-import numpy as np
 
 from headwater import errors, timeouts
 from headwater.batch import Compression
 from headwater.client import idempotence, transactions
 from headwater.client import partitioner as partitioners
-from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, Group, Header
+from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, Header
+from headwater.client.bulk import BulkAppender, check_bytes
 from headwater.client.connection import ConnectionPool, parse_bootstrap
-from headwater.client.errors import BufferExhaustedError, ProducerClosedError
+from headwater.client.errors import ProducerClosedError
 from headwater.client.metadata import Metadata
 from headwater.client.record_future import RecordFuture
 from headwater.client.security import ClientSecurity
 from headwater.client.sender import Sender
+from headwater.client.topic_partitions import TopicPartitions
 from headwater.client.types import GroupMetadata, RecordMetadata, TopicPartition
 from headwater.v1 import broker_pb2
 
 log = logging.getLogger(__name__)
-
-_BYTES = (bytes, bytearray, memoryview)
 
 Callback = Callable[[RecordMetadata | None, BaseException | None], None]
 
@@ -99,11 +96,6 @@ def parse_acks(acks: int | str) -> int:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _check_bytes(what: str, v: Any) -> None:
-    if v is not None and not isinstance(v, _BYTES):
-        raise TypeError(f"{what} must be bytes, bytearray, memoryview or None, not {type(v)}")
 
 
 class AsyncProducer:
@@ -194,8 +186,11 @@ class AsyncProducer:
         self._metadata: Metadata | None = None
         self._acc: Accumulator | None = None
         self._sender: Sender | None = None
+        self._bulk: BulkAppender | None = None
         self._sender_task: asyncio.Task[None] | None = None
+        #: topic -> partitions (``topic_partitions.py``), read directly by send/produce
         self._tps: dict[str, list[TopicPartition]] = {}
+        self._topics: TopicPartitions | None = None
         self._closed = False
         self._dead: BaseException | None = None
         self._start_lock: asyncio.Lock | None = None
@@ -223,8 +218,7 @@ class AsyncProducer:
                 request_timeout_ms=c["request_timeout_ms"],
                 retry_backoff_ms=c["retry_backoff_ms"],
             )
-            self._metadata.add_listener(lambda _v: self._tps.clear())
-            self._acc = Accumulator(
+            acc = Accumulator(
                 batch_size=c["batch_size"],
                 linger_ms=c["linger_ms"],
                 buffer_memory=c["buffer_memory"],
@@ -233,6 +227,12 @@ class AsyncProducer:
                 compression=self._compression,
                 on_batch_sealed=self._on_batch_sealed,
             )
+            # before _acc: produce() from another thread starts once _acc is set
+            self._topics = TopicPartitions(self._tps, self._metadata, acc, self.max_block_ms)
+            self._bulk = BulkAppender(
+                acc, self.partitioner, self.max_request_size, self._check_open
+            )
+            self._acc = acc
             producing: idempotence.Producing | None = None
             if self._seq is not None:
                 if self.transactional_id is not None:
@@ -389,23 +389,6 @@ class AsyncProducer:
             if n:
                 self._sticky.on_batch_sealed(topic, partition, n)
 
-    async def _partitions(self, topic: str) -> list[TopicPartition]:
-        tps = self._tps.get(topic)
-        if tps is not None:
-            return tps
-        assert self._metadata is not None
-        info = self._metadata.view.topics.get(topic)
-        if info is None:
-            try:
-                info = await self._metadata.wait_for_topic(topic, self.max_block_ms / 1000)
-            except errors.UnknownTopicOrPartitionError:
-                raise
-            except errors.HeadwaterError as exc:
-                raise BufferExhaustedError(f"no metadata for topic {topic!r}: {exc}") from exc
-        tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
-        self._tps[topic] = tps
-        return tps
-
     # ------------------------------------------------------------ sending
 
     async def send(
@@ -429,11 +412,12 @@ class AsyncProducer:
         self._check_open()
         tps = self._tps.get(topic)
         if tps is None:
-            tps = await self._partitions(topic)
+            assert self._topics is not None
+            tps = await self._topics.wait(topic)
         if type(value) is not bytes:
-            _check_bytes("value", value)
+            check_bytes("value", value)
         if key is not None and type(key) is not bytes:
-            _check_bytes("key", key)
+            check_bytes("key", key)
         n = len(tps)
         if partition is None:
             partition = self.partitioner(key, n, topic)
@@ -505,14 +489,15 @@ class AsyncProducer:
                 self._txn.check_can_send()
         tps = self._tps.get(topic)
         if tps is None:
-            tps = self._partitions_from_any_thread(topic)
+            assert self._topics is not None
+            tps = self._topics.wait_from_any_thread(topic)
         if type(value) is not bytes:
-            _check_bytes("value", value)
+            check_bytes("value", value)
         size = RECORD_OVERHEAD + (len(value) if value is not None else 0)
         n = len(tps)
         if key is not None:
             if type(key) is not bytes:
-                _check_bytes("key", key)
+                check_bytes("key", key)
             size += len(key)
         if headers:
             size += sum(len(k) + (len(v) if v is not None else 0) + 12 for k, v in headers)
@@ -542,32 +527,12 @@ class AsyncProducer:
             callback,
         )
 
-    def _partitions_from_any_thread(self, topic: str) -> list[TopicPartition]:
-        """The topic's partitions from the metadata view, else waited for (another thread)."""
-        acc = self._acc
-        assert acc is not None and self._metadata is not None
-        info = self._metadata.view.topics.get(topic)
-        if info is not None:
-            tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
-            self._tps[topic] = tps
-            return tps
-        loop = acc._loop
-        if loop is None or acc.on_loop_thread():
-            raise BufferExhaustedError(
-                f"no metadata for topic {topic!r} yet: await partitions_for({topic!r}) first"
-            )
-        fut = asyncio.run_coroutine_threadsafe(self._partitions(topic), loop)
-        try:
-            return fut.result(self.max_block_ms / 1000 + 1)
-        except TimeoutError:
-            fut.cancel()
-            raise BufferExhaustedError(f"no metadata for topic {topic!r}") from None
-
     async def partitions_for(self, topic: str) -> list[TopicPartition]:
         """The topic's partitions (waiting up to ``max_block_ms`` for its metadata)."""
         if self._sender_task is None:
             await self.start()
-        return list(await self._partitions(topic))
+        assert self._topics is not None
+        return list(await self._topics.wait(topic))
 
     async def send_and_wait(self, topic: str, value: bytes | None, **kw: Any) -> RecordMetadata:
         return await (await self.send(topic, value, **kw))
@@ -594,170 +559,11 @@ class AsyncProducer:
         self._check_open()
         tps = self._tps.get(topic)
         if tps is None:
-            tps = await self._partitions(topic)
-        count = len(values)
-        for what, col in (("keys", keys), ("headers", headers)):
-            if col is not None and len(col) != count:
-                raise errors.InvalidRequestError(f"{len(col)} {what} for {count} values")
-        loop = asyncio.get_running_loop()
-        group = Group(topic, loop.create_future())
+            assert self._topics is not None
+            tps = await self._topics.wait(topic)
+        assert self._bulk is not None
         ts = _now_ms() if timestamp is None else timestamp
-        if count == 0:
-            group.close_adding()
-            return group.future
-        sizes = _sizes(values, keys, headers)
-        if int(sizes.max()) > self.max_request_size:
-            raise errors.MessageTooLargeError(
-                f"a record of ~{int(sizes.max())} bytes exceeds "
-                f"max_request_size={self.max_request_size}"
-            )
-        n = len(tps)
-        if partition is not None:
-            if not 0 <= partition < n:
-                raise errors.UnknownTopicOrPartitionError(
-                    f"partition {partition} of {topic!r} does not exist ({n} partitions)"
-                )
-            await self._append_run(tps[partition], values, keys, headers, sizes, ts, group)
-        elif keys is None and self._sticky is not None:
-            await self._append_sticky(topic, tps, values, headers, sizes, ts, group)
-        else:
-            await self._append_partitioned(topic, tps, values, keys, headers, sizes, ts, group)
-        group.close_adding()
-        return group.future
-
-    async def _append_run(
-        self,
-        tp: TopicPartition,
-        values: Sequence[Any],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Sequence[Header]] | None,
-        sizes: np.ndarray,
-        ts: int,
-        group: Group,
-        *,
-        sticky_topic: str | None = None,
-        tps: list[TopicPartition] | None = None,
-    ) -> None:
-        """Append ``values`` cut into runs that fill batches; sticky mode re-picks the tp."""
-        acc = self._acc
-        assert acc is not None
-        cum = np.zeros(len(values) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=cum[1:])
-        i, total = 0, len(values)
-        while i < total:
-            if sticky_topic is not None and self._sticky is not None and tps is not None:
-                tp = tps[self._sticky.sticky_partition(sticky_topic, len(tps))]
-            room = acc.room(tp)
-            j = int(np.searchsorted(cum, cum[i] + room, side="right")) - 1
-            if j <= i:
-                if acc.has_open_records(tp):
-                    acc.seal_open(tp)
-                    continue
-                j = i + 1  # one record larger than a batch gets a batch of its own
-            nbytes = int(cum[j] - cum[i])
-            if not acc.try_reserve(nbytes):
-                await acc.reserve(nbytes)
-                self._check_open()
-            acc.append_many(
-                tp,
-                values[i:j],
-                None if keys is None else keys[i:j],
-                None if headers is None else headers[i:j],
-                ts,
-                nbytes,
-                group,
-            )
-            i = j
-
-    async def _append_sticky(
-        self,
-        topic: str,
-        tps: list[TopicPartition],
-        values: Sequence[Any],
-        headers: Sequence[Sequence[Header]] | None,
-        sizes: np.ndarray,
-        ts: int,
-        group: Group,
-    ) -> None:
-        await self._append_run(
-            tps[0], values, None, headers, sizes, ts, group, sticky_topic=topic, tps=tps
-        )
-
-    async def _append_partitioned(
-        self,
-        topic: str,
-        tps: list[TopicPartition],
-        values: Sequence[Any],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Sequence[Header]] | None,
-        sizes: np.ndarray,
-        ts: int,
-        group: Group,
-    ) -> None:
-        n = len(tps)
-        fn = self.partitioner
-        if keys is None:
-            parts = np.fromiter((fn(None, n, topic) for _ in values), np.int64, len(values))
-        elif isinstance(fn, partitioners.DefaultPartitioner) and None not in keys:
-            crc = partitioners.crc32c
-            parts = np.fromiter((crc(k) for k in keys), np.int64, len(keys)) % n  # type: ignore[arg-type]
-        else:
-            parts = np.fromiter((fn(k, n, topic) for k in keys), np.int64, len(keys))
-        if len(parts) and (int(parts.min()) < 0 or int(parts.max()) >= n):
-            raise errors.UnknownTopicOrPartitionError(
-                f"partitioner returned a partition outside 0..{n - 1} for {topic!r}"
-            )
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-        starts = [0, *bounds.tolist()]
-        ends = [*bounds.tolist(), len(parts)]
-        for s, e in zip(starts, ends, strict=True):
-            idx = order[s:e].tolist()
-            pick = _picker(idx)
-            await self._append_run(
-                tps[int(sorted_parts[s])],
-                pick(values),
-                None if keys is None else pick(keys),
-                None if headers is None else pick(headers),
-                sizes[order[s:e]],
-                ts,
-                group,
-            )
-
-
-def _picker(idx: list[int]) -> Callable[[Sequence[Any]], list[Any]]:
-    if len(idx) == 1:
-        return lambda seq: [seq[idx[0]]]
-    getter = itemgetter(*idx)
-    return lambda seq: list(getter(seq))
-
-
-def _lengths(col: Sequence[Any], what: str) -> np.ndarray:
-    try:
-        return np.fromiter(map(len, col), dtype=np.int64, count=len(col))
-    except TypeError:
-        for v in col:
-            _check_bytes(what, v)
-        return np.fromiter((0 if v is None else len(v) for v in col), np.int64, len(col))
-
-
-def _sizes(
-    values: Sequence[Any],
-    keys: Sequence[Any] | None,
-    headers: Sequence[Sequence[Header]] | None,
-) -> np.ndarray:
-    """Estimated bytes per record (value + key + headers + overhead), one numpy pass each."""
-    sizes = _lengths(values, "value") + RECORD_OVERHEAD
-    if keys is not None:
-        sizes += _lengths(keys, "key")
-    if headers is not None:
-        sizes += np.fromiter(
-            (sum(len(k) + len(v or b"") + 12 for k, v in h) if h else 0 for h in headers),
-            np.int64,
-            len(headers),
-        )
-    return sizes
+        return await self._bulk.add(topic, tps, values, keys, headers, ts, partition)
 
 
 def _callback_adapter(cb: Callback) -> Callable[[asyncio.Future[RecordMetadata]], None]:

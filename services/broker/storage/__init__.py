@@ -9,7 +9,10 @@ the ones above it in this list:
 * ``segment``       ``LogSegment``: one ``<base>.log`` + its indexes; append, read, recovery
 * ``checkpoint``    ``partition.checkpoint`` and the clean-shutdown marker
 * ``results``       ``AppendInfo``, ``FetchSlice``, the read ``Snapshot``
-* ``log``           ``Log``: one partition directory; offsets, roll, retention, flush
+* ``log_state``     the fields of a ``Log``, its read snapshot and checkpoint helpers
+* ``log_read``      reading a ``Log`` (any thread, no lock)
+* ``log_cleanup``   retention, truncation and the cleaner's swap of a ``Log``
+* ``log``           ``Log``: one partition directory; load, append, roll, flush
 * ``log_manager``   ``LogManager``: every partition in every log directory
 
 The on-disk format and the behaviour are described in ``docs/storage.md``.

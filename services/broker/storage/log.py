@@ -17,6 +17,11 @@ compaction (``cleaner.py``) later removes records but never changes an offset, s
 log has gaps, and a follower copying a cleaned leader log writes the same gaps. Segments
 are ordered by base offset; a segment's batches all lie in ``[its base, next segment's base)``.
 
+Code: ``Log`` is this module (loading, appending, rolling, leader epochs, flushing, the
+lifecycle) over ``log_read.py`` (reading, no lock), ``log_cleanup.py`` (retention,
+truncation, the cleaner's swap) and ``log_state.py`` (the fields, the read snapshot, the
+checkpoint and producer-state helpers they share).
+
 Concurrency contract:
 
 * Mutations (``append``, ``roll``, ``truncate_to``, ``truncate_fully_and_start_at``,
@@ -47,84 +52,44 @@ state and the aborted-transaction indexes (``producer_recovery.py``).
 
 from __future__ import annotations
 
-import bisect
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from headwater.batch.codec import now_ms, verify_crc
 from headwater.batch.control import encode_control_batch
 from headwater.batch.layout import ATTR_CONTROL, BatchHeader, parse_header
 from headwater.config import TopicConfig
-from headwater.errors import (
-    InvalidRequestError,
-    KafkaStorageError,
-    MessageTooLargeError,
-    OffsetOutOfRangeError,
-)
+from headwater.errors import InvalidRequestError, MessageTooLargeError
 from services.broker.storage import (
     appending,
     checkpoint,
     fileio,
     producer_recovery,
-    producer_snapshot,
     recovery,
     swap,
     txn_index,
 )
-from services.broker.storage.leader_epoch import LeaderEpochCache
-from services.broker.storage.producer_state import ProducerEntry, ProducerStateManager
-from services.broker.storage.results import AppendInfo, FetchSlice, Snapshot, read_batches
-from services.broker.storage.segment import LogSegment, TimestampMatch
+from services.broker.storage.log_cleanup import LogCleanup
+from services.broker.storage.log_read import LogReads
+from services.broker.storage.log_state import Clock
+from services.broker.storage.results import AppendInfo, FetchSlice, Snapshot
+from services.broker.storage.segment import LogSegment
 
-Clock = Callable[[], int]
+__all__ = ["AppendInfo", "Clock", "FetchSlice", "Log", "Snapshot"]
+
 Buffer = bytes | bytearray | memoryview
 # append modes
 _LEADER, _FOLLOWER, _CONTROL = 0, 1, 2
 
 
-class Log:
+class Log(LogCleanup, LogReads):
     """A partition's segments, offsets, retention, flushing and recovery (see module doc)."""
 
     def __init__(self, directory: Path, config: TopicConfig, *, clock: Clock = now_ms) -> None:
-        self.dir = Path(directory)
-        self.config = config
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._segments: list[LogSegment] = []
-        self._sealed_unflushed: list[LogSegment] = []
-        self._leo = 0
-        self._log_start = 0
-        self._recovery_point = 0
-        self._size = 0
-        self._unflushed_records = 0
-        self._first_unflushed_ms: int | None = None
-        self._written_checkpoint: checkpoint.Checkpoint | None = None
-        self._closed = False
-        #: Bumped by every mutation that removes or rewrites sealed data (truncation,
-        #: retention, a cleaner swap): the cleaner installs its work only if it is unchanged.
-        self.structure_version = 0
-        #: Bytes cut off by recovery when this log was opened (0 after a clean shutdown).
-        self.recovered_bytes_truncated = 0
-        self._snap: Snapshot
-        #: (epoch, start offset) history; changed only under ``_lock`` (leader_epoch.py).
-        self.epochs: LeaderEpochCache
-        #: Producer state as of the log end; changed only under ``_lock``.
-        self._producers = ProducerStateManager()
-        #: Snapshot offset the last rebuild started from (None: none) and batches replayed.
-        self.producer_snapshot_offset: int | None = None
-        self.producer_replayed_batches = 0
+        super().__init__(directory, config, clock=clock)
         self._load()
 
     # -- loading ------------------------------------------------------------------------
-
-    def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment(
-            self.dir,
-            base_offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-        )
 
     def _load(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -161,37 +126,6 @@ class Log:
             self.dir, segs, log_start=self._log_start, log_end=self._leo
         )
         self._rebuild_producer_state()
-
-    def _rebuild_producer_state(self) -> None:
-        """State as of the log end from the newest snapshot <= it plus a header replay."""
-        try:
-            done = producer_recovery.rebuild(self.dir, self._segments, self._leo)
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot rebuild producer state in {self.dir}: {exc}") from exc
-        self._producers = done.state
-        self.producer_snapshot_offset = done.snapshot_offset
-        self.producer_replayed_batches = done.replayed_batches
-
-    def _write_producer_snapshot(self, *, sync: bool) -> None:
-        entries = list(self._producers.entries.values())
-        try:
-            producer_snapshot.write(self.dir, self._leo, entries, sync=sync)
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot write producer snapshot in {self.dir}: {exc}") from exc
-
-    # -- snapshot -----------------------------------------------------------------------
-
-    def _publish(self, *, structure_changed: bool = False) -> None:
-        """Install a new read snapshot (after every mutation; caller holds the lock)."""
-        segs = self._segments
-        if structure_changed:
-            seg_tuple = tuple(segs)
-            bases = tuple(s.base_offset for s in segs)
-            ends = tuple(s.size for s in segs[:-1])
-        else:
-            old = self._snap
-            seg_tuple, bases, ends = old.segments, old.bases, old.sealed_ends
-        self._snap = Snapshot(seg_tuple, bases, ends, segs[-1].size, self._log_start, self._leo)
 
     # -- appending ----------------------------------------------------------------------
 
@@ -413,108 +347,6 @@ class Log:
             self._write_producer_snapshot(sync=False)
             return seg
 
-    # -- reading (any thread, no lock) --------------------------------------------------
-
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchSlice:
-        """Whole batches from the one containing ``offset``, about ``max_bytes`` of them.
-
-        Stops before a batch whose base offset is >= ``max_offset`` (the high watermark for
-        consumers) and at the end of the segment; returns at least one batch, however large,
-        when one is visible. Empty at the log end (or at/after ``max_offset``). In a
-        compacted log an offset inside a removed range reads from the next batch. Raises
-        OffsetOutOfRangeError when ``offset`` is below the log start or above the log end.
-        """
-        snap = self._snap
-        if offset < snap.log_start_offset or offset > snap.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{snap.log_start_offset}, {snap.log_end_offset}]"
-            )
-        limit = snap.log_end_offset if max_offset is None else min(max_offset, snap.log_end_offset)
-        # max(0): compaction may have removed whole segments at the start of the log
-        i = max(0, bisect.bisect_right(snap.bases, offset) - 1)
-        last = len(snap.segments) - 1
-        while offset < limit and 0 <= i <= last:
-            seg = snap.segments[i]
-            end = snap.active_end if i == last else snap.sealed_ends[i]
-            found = seg.find_position(offset, end)
-            if found is None:
-                i += 1
-                continue
-            pos, h = found
-            if h.base_offset >= limit:
-                break
-            return read_batches(seg, pos, h, end, max_bytes, limit)
-        return FetchSlice(b"", offset, offset)
-
-    def offset_for_timestamp(self, timestamp: int) -> TimestampMatch | None:
-        """The first record (offset, timestamp) with timestamp >= ``timestamp``, or None."""
-        snap = self._snap
-        last = len(snap.segments) - 1
-        for i, seg in enumerate(snap.segments):
-            if seg.max_timestamp < timestamp:
-                continue
-            end = snap.active_end if i == last else snap.sealed_ends[i]
-            found = seg.find_timestamp(timestamp, snap.log_start_offset, end)
-            if found is not None and found.offset < snap.log_end_offset:
-                return found
-        return None
-
-    @property
-    def log_start_offset(self) -> int:
-        return self._snap.log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        return self._snap.log_end_offset
-
-    @property
-    def size_in_bytes(self) -> int:
-        return self._size
-
-    @property
-    def num_segments(self) -> int:
-        return len(self._snap.segments)
-
-    @property
-    def recovery_point(self) -> int:
-        return self._recovery_point
-
-    def segment_base_offsets(self) -> list[int]:
-        return list(self._snap.bases)
-
-    # -- producer state and transactions ------------------------------------------------
-
-    @property
-    def first_unstable_offset(self) -> int | None:
-        """Smallest first offset of an open transaction; None when none is open (any
-        thread)."""
-        return self._producers.first_unstable_offset
-
-    def producer_entry(self, producer_id: int) -> ProducerEntry | None:
-        """A copy of the partition's state for ``producer_id``, or None."""
-        with self._lock:
-            return self._producers.entry(producer_id)
-
-    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
-        """(producer_id, first_offset) of every aborted transaction with first_offset <=
-        ``end_offset`` and last_offset (its ABORT marker) >= ``start_offset``, ascending by
-        first offset. Reads the txnindex of the segment holding ``start_offset`` and the
-        later ones through the read snapshot (no lock, any thread); stops at an entry
-        whose last stable offset is past ``end_offset`` (``txn_index`` doc)."""
-        snap = self._snap
-        i = max(0, bisect.bisect_right(snap.bases, start_offset) - 1)
-        found: list[tuple[int, int]] = []
-        for seg in snap.segments[i:]:
-            for e in seg.txn_index.entries():
-                if e.last_offset >= start_offset and e.first_offset <= end_offset:
-                    found.append((e.first_offset, e.producer_id))
-                if e.last_stable_offset > end_offset:
-                    break
-            else:
-                continue
-            break
-        return [(pid, first) for first, pid in sorted(found)]
-
     # -- leader epochs ------------------------------------------------------------------
 
     @property
@@ -535,153 +367,6 @@ class Log:
         ``LeaderEpochCache.end_offset_for``."""
         with self._lock:
             return self.epochs.end_offset_for(epoch, self._leo)
-
-    # -- retention and truncation -------------------------------------------------------
-
-    def delete_retention(self, now_ms: int) -> int:
-        """Delete whole oldest segments past retention.ms / retention.bytes; how many.
-
-        A segment expires by time when its largest timestamp is older than ``retention.ms``;
-        by size while the log minus that segment is still >= ``retention.bytes``. The
-        active segment is never deleted. Advances (and checkpoints) the log start offset.
-        Does nothing when cleanup.policy does not include ``delete`` (compact only).
-        """
-        with self._lock:
-            self._check_open()
-            cfg, segs = self.config, self._segments
-            n = 0
-            if not cfg.delete_enabled:
-                return 0
-            if cfg.retention_ms >= 0:
-                while n < len(segs) - 1 and now_ms - segs[n].largest_timestamp() > cfg.retention_ms:
-                    n += 1
-            if cfg.retention_bytes >= 0:
-                excess = self._size - sum(s.size for s in segs[:n]) - cfg.retention_bytes
-                while n < len(segs) - 1 and excess - segs[n].size >= 0:
-                    excess -= segs[n].size
-                    n += 1
-            if n:
-                self._delete_oldest(n)
-            return n
-
-    def _delete_oldest(self, n: int) -> None:
-        self.structure_version += 1
-        gone = self._segments[:n]
-        del self._segments[:n]
-        self._size -= sum(s.size for s in gone)
-        self._log_start = max(self._log_start, self._segments[0].base_offset)
-        self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in gone]
-        self._publish(structure_changed=True)  # new readers no longer see them
-        for seg in gone:
-            seg.delete()  # unlink; the fd closes when the last reader drops the segment
-        self.epochs.truncate_from_start(self._log_start)
-        producer_snapshot.delete_below(self.dir, self._log_start)
-        self._write_checkpoint()
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove every batch at or above ``offset`` (whole batches: a batch containing
-        ``offset`` goes too). Below the log start, empties the log and restarts at ``offset``.
-        """
-        with self._lock:
-            self._check_open()
-            if offset >= self._leo:
-                return
-            if offset < self._log_start:
-                self.truncate_fully_and_start_at(offset)
-                return
-            self.structure_version += 1
-            k = bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
-            gone = self._segments[k + 1 :]
-            del self._segments[k + 1 :]
-            self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in gone]
-            self._publish(structure_changed=True)
-            for seg in gone:
-                seg.delete()
-            active = self._segments[-1]
-            if active in self._sealed_unflushed:
-                self._sealed_unflushed.remove(active)
-            self._leo = active.truncate_to_offset(offset)
-            self.epochs.truncate_from_end(self._leo)
-            self._after_truncation()
-            self._rebuild_producer_state()  # drops snapshots and txnindex entries above
-
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete every segment and restart the log empty at ``offset`` (a follower that
-        fell out of the leader's range)."""
-        with self._lock:
-            self._check_open()
-            self.structure_version += 1
-            gone = self._segments
-            for seg in gone:
-                seg.delete()  # unlink first: the new segment may reuse a base offset's names
-            self._segments = [self._new_segment(offset)]
-            self._sealed_unflushed = []
-            self._leo = self._log_start = offset
-            self.epochs.clear()
-            producer_snapshot.delete_above(self.dir, -1)
-            self._after_truncation()
-            self._rebuild_producer_state()
-
-    def _after_truncation(self) -> None:
-        self._size = sum(s.size for s in self._segments)
-        self._recovery_point = min(self._recovery_point, self._leo)
-        self._log_start = min(self._log_start, self._leo)
-        self._publish(structure_changed=True)
-        self._write_checkpoint()
-
-    # -- compaction ---------------------------------------------------------------------
-
-    def snapshot(self) -> Snapshot:
-        """The current read snapshot (the cleaner reads sealed segments through it)."""
-        return self._snap
-
-    def replace_segments(
-        self, old: Sequence[LogSegment], staged: Path, *, end: int, version: int
-    ) -> bool:
-        """Swap the run ``old`` of sealed segments for the cleaned segment staged in
-        ``staged`` (``swap.py`` layout); False (nothing changed, stage removed) when the log
-        changed since the cleaner read them (``structure_version`` moved, a segment gone or
-        no longer sealed) or is closed. An empty cleaned segment is not installed: the run
-        simply disappears (readers skip offset gaps, ``read`` doc).
-
-        Commit point: the rename of the stage to its ``.swap-`` name; from there a crash is
-        completed by ``swap.recover`` at the next open. Readers that captured the old
-        segments keep reading their unlinked files.
-        """
-        with self._lock:
-            segs = self._segments
-            ok = not self._closed and version == self.structure_version and bool(old)
-            if ok:
-                try:
-                    k = segs.index(old[0])
-                except ValueError:
-                    k = -1
-                ok = k >= 0 and segs[k : k + len(old)] == list(old) and k + len(old) < len(segs)
-            if not ok:
-                swap.discard(staged)
-                return False
-            aborted = [e for seg in old for e in seg.txn_index.entries()]
-            txn_index.write_merged(txn_index.path_for(staged, old[0].base_offset), aborted)
-            done = swap.commit(staged, old[0].base_offset, end)
-            for seg in old:
-                seg.delete()  # unlink; readers holding it keep the fd (segment module doc)
-            swap.install(self.dir, done)
-            new = self._new_segment(old[0].base_offset)
-            if not new.load(end, self._clock()):
-                new.recover(check_crc=False)
-                new.seal()
-            new.next_offset = end
-            replacement = [new]
-            if new.size == 0:  # everything removed: the run of segments disappears
-                new.delete()
-                new.close()
-                replacement = []
-            segs[k : k + len(old)] = replacement
-            self._size += new.size - sum(s.size for s in old)
-            self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in old]
-            self.structure_version += 1
-            self._publish(structure_changed=True)
-            return True
 
     # -- flushing -----------------------------------------------------------------------
 
@@ -723,15 +408,6 @@ class Log:
             self._write_checkpoint()
             return flushed
 
-    def _write_checkpoint(self) -> None:
-        cp = checkpoint.Checkpoint(self._log_start, self._recovery_point)
-        if cp != self._written_checkpoint:
-            try:
-                checkpoint.write_checkpoint(self.dir, cp)
-            except OSError as exc:
-                raise KafkaStorageError(f"cannot write checkpoint in {self.dir}: {exc}") from exc
-            self._written_checkpoint = cp
-
     # -- configuration and lifecycle ----------------------------------------------------
 
     def update_config(self, config: TopicConfig) -> None:
@@ -739,14 +415,6 @@ class Log:
         with self._lock:
             self.config = config
             self._segments[-1].index_interval_bytes = config.index_interval_bytes
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise KafkaStorageError(f"log {self.dir.name} is closed")
 
     def close(self, *, mark_clean: bool = True) -> None:
         """fsync, checkpoint, write the clean-shutdown marker, close every descriptor.
