@@ -280,14 +280,15 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _table(results: dict[str, dict[str, Any]]) -> str:
+    names = [c for c in CLIENTS if c in results]
     lines = [
-        "| operation | concurrency | " + " | ".join(f"{c} ops/s, p50/p99 ms" for c in CLIENTS),
-        "|---|---|" + "---|" * len(CLIENTS),
+        "| operation | concurrency | " + " | ".join(f"{c} ops/s, p50/p99 ms" for c in names) + " |",
+        "|---|---|" + "---|" * len(names),
     ]
     for op in (*OPS, "watch"):
         for conc in CONCURRENCY:
             cells = []
-            for c in CLIENTS:
+            for c in names:
                 r = results[c][f"{op}/c{conc}"]
                 cells.append(f"{r['per_s']:,.0f}, {r['p50_ms']:.2f}/{r['p99_ms']:.2f}")
             lines.append(f"| {op} | {conc} | " + " | ".join(cells) + " |")
@@ -298,6 +299,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ops", type=int, default=1000, help="calls per (operation, concurrency)")
     p.add_argument("--events", type=int, default=500, help="puts watched per concurrency")
+    p.add_argument(
+        "--order", default=",".join(CLIENTS), help="clients in the order they run (comma list)"
+    )
     p.add_argument("--worker", choices=CLIENTS, help=argparse.SUPPRESS)
     p.add_argument("--endpoint", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -311,7 +315,9 @@ def main() -> None:
         server.start()
         try:
             results = {}
-            for name in CLIENTS:
+            for name in args.order.split(","):
+                if name not in CLIENTS:
+                    sys.exit(f"unknown client {name!r}; one of {CLIENTS}")
                 argv = [sys.executable, __file__, "--worker", name, "--endpoint", server.endpoint]
                 argv += ["--ops", str(args.ops), "--events", str(args.events)]
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
@@ -321,7 +327,7 @@ def main() -> None:
         finally:
             server.stop()
     print(f"machine: {platform.machine()}, {platform.python_version()}, etcd 3.5.1 no-fsync")
-    print(f"ops per cell {args.ops}, watched puts {args.events}")
+    print(f"ops per cell {args.ops}, watched puts {args.events}, order {args.order}")
     print(_table(results))
     print(json.dumps(results))
 
