@@ -140,9 +140,12 @@ class SecurityAdminMixin:
                     f"mechanism must be one of {sorted(MECHANISMS)}"
                 )
             salt = secrets.token_bytes(32)
-            salted = scram.salted_password(
-                password, salt, iterations, scram.hash_name_of(mechanism)
-            )
+            try:
+                salted = scram.salted_password(
+                    password, salt, iterations, scram.hash_name_of(mechanism)
+                )
+            except scram.ScramError as exc:
+                raise errors.InvalidRequestError(f"password refused by SASLprep: {exc}") from None
             ups.append(
                 spb.ScramCredentialUpsertion(
                     user=user,

@@ -94,8 +94,10 @@ async def _alter_user(
         size = len(scram.salted_password("", b"s", 1, hash_name))
         if len(upsert.salted_password) != size:
             raise errors.InvalidRequestError(f"salted_password must be {size} bytes")
-        if len(upsert.salt) > 1024:
-            raise errors.InvalidRequestError("salt longer than 1024 bytes")
+        if upsert.salt and not scram.MIN_SALT_BYTES <= len(upsert.salt) <= 1024:
+            raise errors.InvalidRequestError(
+                f"salt must be {scram.MIN_SALT_BYTES} to 1024 bytes (or empty)"
+            )
         salt = upsert.salt or secrets.token_bytes(32)
         updated[mechanism] = scram.credential_from_salted(
             upsert.salted_password, salt, upsert.iterations, hash_name

@@ -164,6 +164,8 @@ def test_user_errors_change_nothing(c: LocalCluster, tmp_path: Path) -> None:
     assert code == 1 and b"INVALID_CONFIG" in err, err
     code, err = run("users", "add", "carol")
     assert code == 1 and b"no password" in err, err
+    code, err = run("users", "add", "carol", password="a\x07b")  # SASLprep refuses controls
+    assert code == 1 and b"INVALID_REQUEST" in err and b"SASLprep" in err, err
     code, err = run("users", "remove", "nobody")
     assert code == 1 and b"INVALID_REQUEST" in err, err
     code, err = run("acls", "remove")

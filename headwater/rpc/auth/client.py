@@ -86,7 +86,11 @@ class ScramTokenSource:
         channel = self._channel_factory(target)
         try:
             stub = security_pb2_grpc.AuthenticatorStub(channel)
-            client = scram.ScramClient(self._user, self._password, self._mechanism)
+            try:
+                client = scram.ScramClient(self._user, self._password, self._mechanism)
+                client_first = client.first_message()
+            except scram.ScramError as exc:  # a user name or password SASLprep refuses
+                raise errors.SaslAuthenticationFailedError(str(exc)) from None
             queue: asyncio.Queue[security_pb2.AuthenticateRequest | None] = asyncio.Queue()
 
             async def requests() -> Any:
@@ -95,7 +99,7 @@ class ScramTokenSource:
 
             queue.put_nowait(
                 security_pb2.AuthenticateRequest(
-                    mechanism=MECHANISMS[self._mechanism], message=client.first_message()
+                    mechanism=MECHANISMS[self._mechanism], message=client_first
                 )
             )
             call = stub.Authenticate(requests(), timeout=self._timeout)
