@@ -2,7 +2,7 @@
 
 Everything runs on one asyncio loop (``asyncio.run(serve(...))``). Who owns what:
 
-* gRPC server (``headwater.rpc.server.start_server``): one task per RPC; handlers read and
+* gRPC server (``headwater.platform.server.start_server``): one task per RPC; handlers read and
   change state only through the ``ReplicaManager`` and ``MetadataCache`` (on the loop).
 * ``ReplicaManager``: hosted partitions, controller and broker epochs; control RPCs are
   serialised by its control lock. Each ``Partition`` serialises its own appends.
@@ -57,16 +57,18 @@ from pathlib import Path
 
 import grpc
 
-from headwater import etcd as hetcd
 from headwater.batch.codec import now_ms
 from headwater.errors import HeadwaterError
-from headwater.rpc.auth.client import attach_service
-from headwater.rpc.auth.interceptor import ServerAuth
-from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
-from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
-from headwater.rpc.server import start_server
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth.interceptor import ServerAuth
+from headwater.platform.auth.service import attach_service
+from headwater.platform.cluster_layout import read_controller_epoch
+from headwater.platform.dynamic_config import BrokerConfig
+from headwater.platform.limits import DEFAULT_LIMITS, RequestLimits
+from headwater.platform.producer_ids import ProducerIdAllocator
+from headwater.platform.security_flags import PLAINTEXT, ServerSecurity
+from headwater.platform.server import start_server
 from services.broker import metrics, servicer, stray_replicas
-from services.broker.dynamic_config import BrokerConfig
 from services.broker.handlers.init_producer_id import ProducerIds
 from services.broker.metadata_cache import MetadataCache
 from services.broker.quotas import watcher as quota_watcher
@@ -77,8 +79,6 @@ from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.peers import Peers
 from services.broker.replication.shutdown import controlled_shutdown
 from services.broker.storage import LogManager, cleaner
-from services.controller.state import read_controller_epoch
-from services.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class BrokerSettings:
     static_configs: dict[str, str] = field(default_factory=dict)
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
-    #: Request limits of every RPC (headwater/rpc/limits.py).
+    #: Request limits of every RPC (headwater/platform/limits.py).
     limits: RequestLimits = DEFAULT_LIMITS
     #: Address registered for clients and peers when it differs from the bind address, e.g.
     #: a Kubernetes pod's stable DNS name (``--advertised-host``/``--advertised-port``);

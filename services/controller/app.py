@@ -16,21 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from headwater import etcd as hetcd
 from headwater import timeouts
-from headwater.rpc.auth.client import attach_service
-from headwater.rpc.auth.interceptor import ServerAuth
-from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
-from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
-from headwater.rpc.server import start_server
+from headwater.platform.auth.interceptor import ServerAuth
+from headwater.platform.auth.service import attach_service
+from headwater.platform.limits import DEFAULT_LIMITS, RequestLimits
+from headwater.platform.process import connect_etcd, write_ready_file
+from headwater.platform.security_flags import PLAINTEXT, ServerSecurity
+from headwater.platform.server import start_server
 from services.controller import events
 from services.controller.broker_channels import BrokerChannels
 from services.controller.election import Election
@@ -55,15 +52,8 @@ class Settings:
     imbalance_percent: float = 10.0
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
-    #: Request limits of every RPC (headwater/rpc/limits.py).
+    #: Request limits of every RPC (headwater/platform/limits.py).
     limits: RequestLimits = DEFAULT_LIMITS
-
-
-def write_ready_file(path: Path, payload: dict[str, Any]) -> None:
-    """Atomically (write + rename) publish ``payload`` as JSON."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -74,7 +64,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             aloop.add_signal_handler(sig, stop.set)
 
-    etcd = await _connect_etcd(settings.etcd, security=settings.security)
+    etcd = await connect_etcd(settings.etcd, security=settings.security)
     auth = ServerAuth(settings.security)
     await attach_service(auth, etcd)  # token key, ACLs, the internal identity
     controller = events.ControllerLoop(
@@ -135,20 +125,6 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         await controller.close()
         await server.stop(grace=1.0)
         await etcd.close()
-
-
-async def _connect_etcd(
-    endpoint: str, timeout: float = 30.0, *, security: ServerSecurity = PLAINTEXT
-) -> hetcd.Etcd:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            return await hetcd.Etcd.connect(endpoint, **security.etcd_kwargs())
-        except hetcd.EtcdError as exc:
-            if asyncio.get_running_loop().time() >= deadline:
-                raise
-            log.warning("etcd at %s not reachable yet: %s", endpoint, exc)
-            await asyncio.sleep(0.5)
 
 
 def _fatal(task: asyncio.Task[None], stop: asyncio.Event) -> None:

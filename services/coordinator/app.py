@@ -35,17 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headwater import errors, timeouts
-from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncProducer
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import Metadata
 from headwater.client.security import ClientSecurity, set_default_security
-from headwater.rpc.auth.client import attach_service
-from headwater.rpc.auth.interceptor import ServerAuth
-from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
-from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
-from headwater.rpc.server import start_server
-from services.controller.app import _connect_etcd, write_ready_file
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth.interceptor import ServerAuth
+from headwater.platform.auth.service import attach_service
+from headwater.platform.limits import DEFAULT_LIMITS, RequestLimits
+from headwater.platform.process import connect_etcd, write_ready_file
+from headwater.platform.producer_ids import ProducerIdAllocator
+from headwater.platform.security_flags import PLAINTEXT, ServerSecurity
+from headwater.platform.server import start_server
 from services.coordinator import metrics
 from services.coordinator.ownership import TXN_OWNERS_PREFIX, Ownership
 from services.coordinator.registration import CoordinatorRegistration
@@ -56,7 +57,6 @@ from services.coordinator.txn import servicer as txn_servicer
 from services.coordinator.txn.handlers import DEFAULT_MAX_TIMEOUT_MS
 from services.coordinator.txn.markers import MarkerWriter
 from services.coordinator.txn.runtime import TXN_TOPIC, TxnRuntime
-from services.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Settings:
     transaction_max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
-    #: Request limits of every RPC (headwater/rpc/limits.py).
+    #: Request limits of every RPC (headwater/platform/limits.py).
     limits: RequestLimits = DEFAULT_LIMITS
 
 
@@ -185,7 +185,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             aloop.add_signal_handler(sig, stop.set)
-    etcd = await _connect_etcd(settings.etcd, security=settings.security)
+    etcd = await connect_etcd(settings.etcd, security=settings.security)
     auth = ServerAuth(settings.security)
     await attach_service(auth, etcd)  # before any client below: their calls carry its token
     peer = settings.security.client_security()  # brokers and controller, as this service

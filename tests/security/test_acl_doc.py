@@ -1,5 +1,5 @@
 """docs/security.md's table of what every RPC needs matches the one RPC table
-(headwater/rpc/auth/rules.py, rendered by scripts/gen_acl_doc.py)."""
+(headwater/platform/auth/rules.py, rendered by scripts/gen_acl_doc.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from headwater.rpc.auth.rules import RULES
+from headwater.platform.auth.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "security.md"

@@ -6,7 +6,8 @@ import base64
 
 import pytest
 
-from headwater.rpc.auth import scram, tokens
+from headwater import scram
+from headwater.platform.auth import tokens
 
 # RFC 7677 section 3 (SCRAM-SHA-256), user "user", password "pencil".
 CLIENT_NONCE_256 = "rOprNGfwEbeRWgbNEkqO"

@@ -7,8 +7,8 @@ denied partitions answered TOPIC_AUTHORIZATION_FAILED, the others appended), not
 
 from __future__ import annotations
 
-from headwater.rpc.auth import rules
-from headwater.rpc.auth.interceptor import _split
+from headwater.platform.auth import rules
+from headwater.platform.auth.interceptor import _split
 from headwater.v1 import broker_pb2
 from services.broker.handlers.produce_wire import decode_produce_request
 
