@@ -5,7 +5,8 @@ plus exactly the distributions its default (no-extra) requirements resolve to, t
 repository's venv (linked, not downloaded: no network), and ``pip check`` confirms nothing the
 client declares is missing. Then, in that venv, tests/packaging/client_app.py creates a topic,
 produces and consumes against a real local cluster this test starts, and reports that no
-package of the ``server`` extra is installed or imported.
+package of the ``server`` extra is installed or imported; the venv's ``headwater`` command
+lists topics, and ``headwater dev`` says which extra it needs.
 """
 
 from __future__ import annotations
@@ -158,3 +159,21 @@ def test_client_alone_produces_and_consumes(client_venv: Path, cluster: Any) -> 
     assert report["platform_import_error"].startswith("ModuleNotFoundError"), report
     assert Path(report["headwater_file"]).is_relative_to(venv)
     assert report["values"] == sorted(f"value-{i}" for i in range(COUNT))
+
+    # the CLI of the client-only install: client commands work, `headwater dev` names the extra
+    cli = venv / "bin" / "headwater"
+    listed = subprocess.run(
+        [cli, "--bootstrap", cluster.bootstrap, "topics", "list"],
+        capture_output=True,
+        text=True,
+        cwd=venv,
+        env=env,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "client-only" in listed.stdout.split()
+    dev = subprocess.run(
+        [cli, "dev"], capture_output=True, text=True, cwd=venv, env=env, timeout=120
+    )
+    assert dev.returncode == 2, (dev.stdout, dev.stderr)
+    assert "pip install 'headwater[local]'" in dev.stderr
