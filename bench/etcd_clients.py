@@ -12,7 +12,7 @@ client, in a subprocess of its own (the three bundle separately generated copies
   after another; events/s delivered (all watches) and p50/p99 from a put's send to an event's
   arrival.
 
-Clients: ``wrapper`` = :class:`headwater.etcd.Etcd` (pyetcd on a thread pool of 4, watch
+Clients: ``wrapper`` = :class:`headwater.platform.etcd.Etcd` (pyetcd on a thread pool of 4, watch
 events handed over with ``call_soon_threadsafe``); ``aetcd`` = the asyncio client from PyPI
 (grpc.aio inside); ``grpcaio`` = grpc.aio stubs over etcd's v3 API, the generated
 ``rpc_pb2``/``rpc_pb2_grpc`` modules that etcd-sdk-python ships (generated from etcd's
@@ -57,7 +57,7 @@ class Client(Protocol):
 
 class Wrapper(Client):
     async def open(self, endpoint: str) -> None:
-        from headwater import etcd as hetcd
+        from headwater.platform import etcd as hetcd
 
         self.h = hetcd
         self.c = await hetcd.Etcd.connect(endpoint)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate docs/security.md's table of what every RPC needs, from the one RPC table
-(:data:`headwater.rpc.auth.rules.RULES`).
+(:data:`headwater.platform.auth.rules.RULES`).
 
 Usage::
 
@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 from google.protobuf import symbol_database  # noqa: E402
 from google.protobuf.descriptor import FieldDescriptor  # noqa: E402
 
-from headwater.rpc.auth.acls import op_name, rt_name  # noqa: E402
-from headwater.rpc.auth.rules import RULES, Rule  # noqa: E402
+from headwater.platform.auth.acls import op_name, rt_name  # noqa: E402
+from headwater.platform.auth.rules import RULES, Rule  # noqa: E402
 
 DOC = ROOT / "docs" / "security.md"
 SECTION = "acl-operations"

@@ -60,7 +60,7 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
 
 
 def _wipe(endpoint: str) -> None:
-    from headwater import etcd as hetcd
+    from headwater.platform import etcd as hetcd
 
     async def run() -> None:
         client = await hetcd.Etcd.connect(endpoint)

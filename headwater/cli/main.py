@@ -70,8 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _dev(argv: list[str]) -> int:
     import importlib
 
-    # imported lazily: only `headwater dev` needs the local-cluster code
-    dev_main = importlib.import_module("headwater.dev.main")
+    # imported lazily: only `headwater dev` needs the local-cluster code, which runs on the
+    # server platform (the `local` extra; a client-only install has the CLI without it)
+    try:
+        dev_main = importlib.import_module("headwater.dev.main")
+    except ModuleNotFoundError as exc:
+        print(
+            f"headwater dev needs the server packages ({exc.name} is not installed): "
+            "pip install 'headwater[local]'",
+            file=sys.stderr,
+        )
+        return 2
     return int(dev_main.main(argv) or 0)
 
 

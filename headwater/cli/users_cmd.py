@@ -20,11 +20,11 @@ import argparse
 import os
 from pathlib import Path
 
+from headwater import scram
 from headwater.cli import common
 from headwater.client.admin import AsyncAdminClient
 from headwater.client.admin_security import MECHANISMS
 from headwater.errors import InvalidConfigError, InvalidRequestError
-from headwater.rpc.auth import scram
 
 PASSWORD_ENV = "HEADWATER_PASSWORD"
 

@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from headwater import errors
-from headwater.rpc.auth import scram
-from headwater.rpc.auth.acls import CLUSTER_NAME
+from headwater import errors, scram
 from headwater.v1 import security_pb2 as spb
 
+#: The name of the one CLUSTER resource in ACLs (what cluster-level bindings name).
+CLUSTER_NAME = "headwater-cluster"
 MECHANISMS = {"SCRAM-SHA-256": spb.SCRAM_SHA_256, "SCRAM-SHA-512": spb.SCRAM_SHA_512}
 _MECH_NAMES = {v: k for k, v in MECHANISMS.items()}
 

@@ -2,7 +2,7 @@
 
 A :class:`ConnectionPool` belongs to one client object and one event loop; channels are
 created lazily on first use (``grpc.aio`` channels connect in the background) with the
-options of :func:`headwater.rpc.server.channel_options` (64 MiB messages, keepalive).
+options of :func:`headwater.platform.server.channel_options` (64 MiB messages, keepalive).
 
 Security (:mod:`headwater.client.security`): with a TLS ``security`` every channel is a
 ``secure_channel`` with the CA / client certificate of the :class:`ClientSecurity` (credentials
@@ -15,16 +15,16 @@ from collections.abc import Callable
 
 import grpc
 
-from headwater.client.fetch_wire import decode_fetch_response
-from headwater.client.security import ClientSecurity, default_security
-from headwater.errors import InvalidConfigError
-from headwater.rpc.auth.client import (
+from headwater.client.auth import (
     ScramTokenSource,
     TokenSource,
     bearer_interceptors,
     default_token_source,
 )
-from headwater.rpc.server import channel_options
+from headwater.client.fetch_wire import decode_fetch_response
+from headwater.client.grpc_options import channel_options
+from headwater.client.security import ClientSecurity, default_security
+from headwater.errors import InvalidConfigError
 from headwater.v1 import broker_pb2, broker_pb2_grpc, controller_pb2_grpc, coordinator_pb2_grpc
 
 _PRODUCE_METHOD = "/headwater.v1.Broker/Produce"

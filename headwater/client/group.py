@@ -24,6 +24,10 @@ member errors mark the membership lost; FENCED_INSTANCE_ID is fatal (raised by t
 Ownership: all on the consumer's loop; the join task is the only writer of ``generation``,
 ``member_id`` and ``assigned``; the heartbeat task only sets flags (``rejoin_needed``,
 ``lost``, ``fatal``) and sends heartbeats/LeaveGroup.
+
+The member reaches its consumer through :class:`GroupConsumer`, the part of
+:class:`~headwater.client.consumer.AsyncConsumer` it uses (so this module does not import the
+consumer's, which creates the member).
 """
 
 from __future__ import annotations
@@ -36,19 +40,56 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from headwater import errors
 from headwater.client import assignors as asg
 from headwater.client.coordinator_client import CoordinatorClient
+from headwater.client.metadata import Metadata
 from headwater.client.types import TopicPartition
 from headwater.v1 import coordinator_pb2 as cpb
 from headwater.v1.errors_pb2 import ErrorCode
 
-if TYPE_CHECKING:
-    from headwater.client.consumer import AsyncConsumer
-
 log = logging.getLogger(__name__)
+
+
+class _Positioned(Protocol):
+    @property
+    def position(self) -> int | None:
+        """The next offset to hand to the application (None: not known yet)."""
+        ...
+
+
+class GroupConsumer(Protocol):
+    """What :class:`GroupMember` uses of its consumer (``AsyncConsumer`` implements it)."""
+
+    client_id: str
+    #: the request timeout, seconds
+    timeout_s: float
+
+    @property
+    def _metadata(self) -> Metadata | None:
+        """The consumer's metadata (None before its first poll)."""
+        ...
+
+    @property
+    def _wake(self) -> asyncio.Event | None:
+        """Set to wake a waiting poll (None before its first poll)."""
+        ...
+
+    @property
+    def _parts(self) -> Mapping[TopicPartition, _Positioned]:
+        """The fetch state of each assigned partition."""
+        ...
+
+    def _group_assign(self, partitions: set[TopicPartition]) -> None:
+        """Make ``partitions`` the consumer's assignment (fetching the others stops)."""
+        ...
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch ``tp`` from ``offset`` next."""
+        ...
+
 
 Callback = Callable[[set[TopicPartition]], Awaitable[None] | None]
 
@@ -91,7 +132,7 @@ _LOST_CODES = {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
 class GroupMember:
     """The membership of one consumer in one group (see the module docstring)."""
 
-    def __init__(self, consumer: AsyncConsumer, coord: CoordinatorClient, cfg: GroupConfig):
+    def __init__(self, consumer: GroupConsumer, coord: CoordinatorClient, cfg: GroupConfig):
         cfg.validate()
         self.c = consumer
         self.coord = coord

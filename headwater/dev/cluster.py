@@ -49,12 +49,12 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from headwater import etcd as hetcd
 from headwater.client.security import ClientSecurity, default_security
 from headwater.dev.etcd_server import EtcdServer
 from headwater.dev.procs import ChildProcess, python_env, wait_until
 from headwater.dev.tls import CertificateAuthority, Issued
-from headwater.rpc.auth import credentials
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth import credentials
 from headwater.v1 import broker_pb2_grpc, metadata_pb2
 
 HOST = "127.0.0.1"
@@ -266,7 +266,7 @@ class LocalCluster:
         #: users (``User:admin`` and ``super_users``); ``admin`` gets SCRAM credentials written
         #: to etcd at start (:meth:`admin_security`). The services need no entry: they call
         #: each other with internal tokens minted with the cluster key from etcd, on every
-        #: cluster (headwater.rpc.auth.client.attach_service).
+        #: cluster (headwater.platform.auth.service.attach_service).
         self.authorizer = self.default_authorizer if authorizer is None else authorizer
         self.admin_password = self.default_admin_password or secrets.token_hex(12)
         if self.authorizer:

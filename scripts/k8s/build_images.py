@@ -8,8 +8,10 @@ changed):
 
 * ``headwater`` (broker, controller, coordinator, CLI): Debian bookworm ``base`` (mmdebstrap:
   python3.11, pip, ``python`` -> python3, uid/gid 10001 ``headwater``) -> ``deps`` (the
-  dependency wheels of pyproject.toml from PyPI) -> ``app`` (the Headwater wheel built from the
-  working tree). A Python-only change rebuilds only ``app``.
+  dependency wheels of pyproject.toml from PyPI: the client library's) -> ``server-deps`` (the
+  ``server`` extra: the platform's etcd, Prometheus, TLS, health and reflection packages) ->
+  ``app`` (the Headwater wheel built from the working tree). A Python-only change rebuilds only
+  ``app``.
 * ``headwater-operator``: ``base`` -> ``deps`` -> ``operator-deps`` (the ``operator`` extra:
   kopf) -> ``app``. It shares its first two layers with ``headwater``.
 * ``etcd``: ``base`` -> ``etcd`` (Debian's ``etcd-server``, apt-get chrooted on ``base``; the
@@ -489,6 +491,8 @@ class Builder:
             stack = [base, self.pip_layer("deps", [base], self.requirements())]
             if name == "headwater-operator":
                 stack.append(self.pip_layer("operator-deps", stack, self.requirements("operator")))
+            else:  # the services run on the server platform (the `server` extra)
+                stack.append(self.pip_layer("server-deps", stack, self.requirements("server")))
             stack.append(self.app_layer(stack, source_tree_hash(self.source)))
             version = str(self.project["version"])
         final = f"image-{name}-{digest_of(RECIPE, stack, spec.key())[:16]}"

@@ -19,9 +19,9 @@ import logging
 import sys
 from pathlib import Path
 
-from headwater.rpc.limits import add_limit_flags, limits_from_args
-from headwater.rpc.security_flags import add_security_flags, security_from_args
-from services.broker.dynamic_config import parse_static
+from headwater.platform.dynamic_config import parse_static
+from headwater.platform.limits import add_limit_flags, limits_from_args
+from headwater.platform.security_flags import add_security_flags, security_from_args
 from services.broker.registration import LEASE_TTL_S
 from services.broker.replication.peers import parse_overrides
 from services.broker.server import BrokerSettings, serve

@@ -1,4 +1,5 @@
-"""The broker's own Prometheus metrics (per-RPC counts and latency live in headwater.rpc.metrics).
+"""The broker's own Prometheus metrics (per-RPC counts and latency live in
+headwater.platform.metrics).
 
 Label cardinality: ``topic`` for throughput counters (plus a fixed ``reason`` / ``kind`` for the
 idempotence and transaction counters), ``topic`` + ``partition`` for the log

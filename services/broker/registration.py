@@ -26,7 +26,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from headwater import etcd as hetcd
+from headwater.platform import etcd as hetcd
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ State owned here (all on the event loop):
 * ``controller_epoch``: the highest controller epoch seen; requests carrying an older one are
   refused with ``STALE_CONTROLLER_EPOCH`` (a deposed controller cannot change anything). A
   higher one is adopted only once etcd confirms it (``read_controller_epoch``: the epoch the
-  controller election wrote, services/controller/state.py): a request carrying an epoch etcd
+  controller election wrote, headwater/platform/cluster_layout.py): a request carrying an epoch etcd
   does not have is refused with ``STALE_CONTROLLER_EPOCH`` and changes nothing, so a forged
   epoch cannot lock the real controller out;
 * ``broker_epoch``: this broker's registration epoch (the etcd create revision of its key), set
@@ -54,7 +54,7 @@ from headwater.errors import (
     UnknownTopicOrPartitionError,
     message_of,
 )
-from headwater.etcd import EtcdError
+from headwater.platform.etcd import EtcdError
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker import metrics
@@ -108,7 +108,7 @@ class ReplicaManager:
         #: high watermarks read from the checkpoints at start, used when a partition opens.
         self._hw_at_start: dict[Key, int] = {}
         #: topic-key defaults for topics without an override (static flag < brokers/<default>
-        #: < brokers/<id>), kept current by ``services.broker.dynamic_config``.
+        #: < brokers/<id>), kept current by ``headwater.platform.dynamic_config``.
         self.topic_defaults: dict[str, str] = {}
         #: each hosted topic's overrides as last received from the controller.
         self._topic_overrides: dict[str, dict[str, str]] = {}

@@ -1,15 +1,15 @@
 """The broker process: wiring, long-lived tasks, registration and shutdown.
 
 Everything runs on one asyncio loop (``asyncio.run(serve(...))``), its life (signals, ready
-file, guarded tasks, shutdown order) run by :class:`headwater.rpc.runner.ProcessRunner`.
+file, guarded tasks, shutdown order) run by :class:`headwater.platform.runner.ProcessRunner`.
 Who owns what:
 
-* gRPC server (``headwater.rpc.server.start_server``): one task per RPC; handlers read and
+* gRPC server (``headwater.platform.server.start_server``): one task per RPC; handlers read and
   change state only through the ``ReplicaManager`` and ``MetadataCache`` (on the loop).
 * ``ReplicaManager``: hosted partitions, controller and broker epochs; control RPCs are
   serialised by its control lock. Each ``Partition`` serialises its own appends.
 * ``LogManager`` (storage): log directories and logs; its blocking calls run in worker threads.
-* Named guarded tasks, the process runner's (``headwater.rpc.runner``: a failure is logged
+* Named guarded tasks, the process runner's (``headwater.platform.runner``: a failure is logged
   and stops the broker with exit code 1 rather than dying silently):
 
   - ``broker-registration``: re-registers in etcd when the lease is lost
@@ -58,17 +58,19 @@ from typing import Any
 
 import grpc
 
-from headwater import etcd as hetcd
 from headwater.batch.codec import now_ms
 from headwater.errors import HeadwaterError
-from headwater.rpc.auth.client import attach_service
-from headwater.rpc.auth.interceptor import ServerAuth
-from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
-from headwater.rpc.runner import ProcessRunner
-from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
-from headwater.rpc.server import start_server
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth.interceptor import ServerAuth
+from headwater.platform.auth.service import attach_service
+from headwater.platform.cluster_layout import read_controller_epoch
+from headwater.platform.dynamic_config import BrokerConfig
+from headwater.platform.limits import DEFAULT_LIMITS, RequestLimits
+from headwater.platform.producer_ids import ProducerIdAllocator
+from headwater.platform.runner import ProcessRunner
+from headwater.platform.security_flags import PLAINTEXT, ServerSecurity
+from headwater.platform.server import start_server
 from services.broker import metrics, servicer, stray_replicas
-from services.broker.dynamic_config import BrokerConfig
 from services.broker.handlers.init_producer_id import ProducerIds
 from services.broker.metadata_cache import MetadataCache
 from services.broker.quotas import watcher as quota_watcher
@@ -79,8 +81,6 @@ from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.peers import Peers
 from services.broker.replication.shutdown import controlled_shutdown
 from services.broker.storage import LogManager, cleaner
-from services.controller.state import read_controller_epoch
-from services.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class BrokerSettings:
     static_configs: dict[str, str] = field(default_factory=dict)
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
-    #: Request limits of every RPC (headwater/rpc/limits.py).
+    #: Request limits of every RPC (headwater/platform/limits.py).
     limits: RequestLimits = DEFAULT_LIMITS
     #: Address registered for clients and peers when it differs from the bind address, e.g.
     #: a Kubernetes pod's stable DNS name (``--advertised-host``/``--advertised-port``);

@@ -7,8 +7,8 @@ still on disk when it starts again, and a topic created later under the same nam
 otherwise find them (and their old records) in place (issue 15).
 
 So, as Kafka does with topic ids at start, the broker compares every log it opened with the
-cluster's topics in etcd (``/headwater/topics/<name>``, the controller's layout in
-``services.controller.state``) after connecting to etcd and before registering (no
+cluster's topics in etcd (``/headwater/topics/<name>``, the layout in
+``headwater.platform.cluster_layout``) after connecting to etcd and before registering (no
 LeaderAndIsr can reach it yet): a log whose topic no longer exists, whose stored topic id is
 not the topic's current id, or whose partition no longer lists this broker as a replica is
 deleted (``LogManager.remove_stale``); a log from before topic ids were stored adopts the
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 
-from headwater import etcd as hetcd
-from services.controller import state as st
+from headwater.platform import cluster_layout as st
+from headwater.platform import etcd as hetcd
 
 log = logging.getLogger(__name__)
 

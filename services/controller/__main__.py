@@ -12,8 +12,8 @@ import asyncio
 import logging
 from pathlib import Path
 
-from headwater.rpc.limits import add_limit_flags, limits_from_args
-from headwater.rpc.security_flags import add_security_flags, security_from_args
+from headwater.platform.limits import add_limit_flags, limits_from_args
+from headwater.platform.security_flags import add_security_flags, security_from_args
 from services.controller.app import Settings, run
 
 

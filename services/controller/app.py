@@ -1,6 +1,6 @@
 """The controller process: etcd connection, gRPC server, election and event loop.
 
-The process runs through :class:`headwater.rpc.runner.ProcessRunner` (signals, ready file,
+The process runs through :class:`headwater.platform.runner.ProcessRunner` (signals, ready file,
 shutdown order). Long-lived tasks, started in :func:`_start` as the runner's guarded tasks
 (a task that dies is logged and stops the process with exit code 1, so a supervisor restarts
 it rather than it lingering half-alive):
@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headwater import etcd as hetcd
 from headwater import timeouts
-from headwater.rpc.auth.client import attach_service
-from headwater.rpc.auth.interceptor import ServerAuth
-from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
-from headwater.rpc.runner import ProcessRunner
-from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
-from headwater.rpc.server import start_server
+from headwater.platform.auth.interceptor import ServerAuth
+from headwater.platform.auth.service import attach_service
+from headwater.platform.limits import DEFAULT_LIMITS, RequestLimits
+from headwater.platform.process import connect_etcd
+from headwater.platform.runner import ProcessRunner
+from headwater.platform.security_flags import PLAINTEXT, ServerSecurity
+from headwater.platform.server import start_server
 from services.controller import events
 from services.controller.broker_channels import BrokerChannels
 from services.controller.election import Election
@@ -58,20 +58,20 @@ class Settings:
     imbalance_percent: float = 10.0
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
-    #: Request limits of every RPC (headwater/rpc/limits.py).
+    #: Request limits of every RPC (headwater/platform/limits.py).
     limits: RequestLimits = DEFAULT_LIMITS
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None) -> int:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT), then resign and shut down; returns
-    the exit code (headwater/rpc/runner.py)."""
+    the exit code (headwater/platform/runner.py)."""
     name = f"controller {settings.controller_id}"
     proc = ProcessRunner(name, ready_file=settings.ready_file, stop=stop)
     return await proc.run(functools.partial(_start, settings))
 
 
 async def _start(settings: Settings, proc: ProcessRunner) -> dict[str, Any]:
-    etcd = await _connect_etcd(settings.etcd, security=settings.security)
+    etcd = await connect_etcd(settings.etcd, security=settings.security)
     proc.closing("etcd", etcd.close)
     auth = ServerAuth(settings.security)
     await attach_service(auth, etcd)  # token key, ACLs, the internal identity
@@ -126,17 +126,3 @@ async def _start(settings: Settings, proc: ProcessRunner) -> dict[str, Any]:
     proc.on_stop("resign", resign, best_effort=True)
     log.info("controller %d serving on %s:%d", settings.controller_id, settings.host, server.port)
     return {"port": server.port, "metrics_port": server.metrics_port}
-
-
-async def _connect_etcd(
-    endpoint: str, timeout: float = 30.0, *, security: ServerSecurity = PLAINTEXT
-) -> hetcd.Etcd:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            return await hetcd.Etcd.connect(endpoint, **security.etcd_kwargs())
-        except hetcd.EtcdError as exc:
-            if asyncio.get_running_loop().time() >= deadline:
-                raise
-            log.warning("etcd at %s not reachable yet: %s", endpoint, exc)
-            await asyncio.sleep(0.5)

@@ -35,8 +35,8 @@ from typing import Any
 import grpc
 
 from headwater import errors, timeouts
-from headwater.rpc.auth.client import channel_interceptors
-from headwater.rpc.server import channel_options
+from headwater.client.auth import channel_interceptors
+from headwater.client.grpc_options import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc
 from services.controller.state import Broker
 

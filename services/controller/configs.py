@@ -29,7 +29,8 @@ from typing import Any, cast
 from headwater import config as hconfig
 from headwater import config_entities as ce
 from headwater import errors
-from headwater import etcd as hetcd
+from headwater.platform import cluster_layout
+from headwater.platform import etcd as hetcd
 from headwater.v1 import controller_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import state as st
@@ -224,12 +225,12 @@ async def _describe_topic(
         raise errors.InvalidRequestError("client_id is only allowed with a user resource")
     topics.validate_topic_name(res.name)
     try:
-        got = await etcd.get(st.topic_key(res.name))
+        got = await etcd.get(cluster_layout.topic_key(res.name))
     except hetcd.EtcdError as exc:
         raise errors.RequestTimedOutError(f"etcd: {exc}") from exc
     if got is None:
         raise errors.UnknownTopicOrPartitionError(f"topic {res.name!r} does not exist")
-    topic = st.Topic.decode(res.name, got[0], got[1].mod_revision)
+    topic = cluster_layout.Topic.decode(res.name, got[0], got[1].mod_revision)
     table = hconfig.TOPIC_KEYS
     entries = [_entry(k, v, S.CONFIG_SOURCE_TOPIC, table) for k, v in sorted(topic.configs.items())]
     if include_defaults:
@@ -248,7 +249,7 @@ async def _describe_topic(
 async def _static_configs(etcd: hetcd.Etcd, broker: str) -> dict[str, str]:
     """The start-up flags a live broker registered (``static_configs``), {} if not live."""
     try:
-        got = await etcd.get(st.broker_key(int(broker)))
+        got = await etcd.get(cluster_layout.broker_key(int(broker)))
     except hetcd.EtcdError as exc:
         raise errors.RequestTimedOutError(f"etcd: {exc}") from exc
     if got is None:

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from headwater import etcd as hetcd
+from headwater.platform import etcd as hetcd
 from headwater.v1 import metadata_pb2
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from headwater import etcd as hetcd
-from services.controller.state import EPOCH_KEY, LEADER_KEY
+from headwater.platform import etcd as hetcd
+from headwater.platform.cluster_layout import EPOCH_KEY, LEADER_KEY
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ task (:meth:`ControllerLoop.run`), one event at a time (Kafka's controller event
 * ``RebalanceCheck`` — the periodic automatic preferred-leader election (``operations``);
 * ``TopicDefaultsChanged`` — the cluster-wide dynamic config ``brokers/<default>`` changed
   (``cluster-config-watch``, a task started while active, the broker's
-  :class:`~services.broker.dynamic_config.BrokerConfig` without a broker id).
+  :class:`~headwater.platform.dynamic_config.BrokerConfig` without a broker id).
 
 Partition leadership (decisions in :mod:`services.controller.leadership`): when a leader's
 broker is gone, a new leader is chosen from the live ISR members (preferred replica first;
@@ -50,9 +50,10 @@ from typing import Any, TypeVar
 
 from headwater import config as hconfig
 from headwater import errors
-from headwater import etcd as hetcd
+from headwater.platform import cluster_layout
+from headwater.platform import etcd as hetcd
+from headwater.platform.dynamic_config import BrokerConfig
 from headwater.v1 import metadata_pb2
-from services.broker.dynamic_config import BrokerConfig
 from services.controller import coordinators, metrics, operations, reassignment
 from services.controller import state as st
 from services.controller.broker_channels import BrokerChannels, Liveness
@@ -313,9 +314,9 @@ class ControllerLoop(BrokerRequests):
         if not state.cluster_id:
             candidate = uuid.uuid4().hex
             result = await self.etcd.txn(
-                [hetcd.cmp_absent(st.CLUSTER_ID_KEY)],
-                [hetcd.op_put(st.CLUSTER_ID_KEY, candidate)],
-                [hetcd.op_get(st.CLUSTER_ID_KEY)],
+                [hetcd.cmp_absent(cluster_layout.CLUSTER_ID_KEY)],
+                [hetcd.op_put(cluster_layout.CLUSTER_ID_KEY, candidate)],
+                [hetcd.op_get(cluster_layout.CLUSTER_ID_KEY)],
             )
             kvs = result.responses[0] if not result.succeeded else None
             state.cluster_id = (
@@ -357,11 +358,13 @@ class ControllerLoop(BrokerRequests):
         """Feed broker registrations into the queue (runs while active)."""
         while True:
             try:
-                watch = await self.etcd.watch_prefix(st.BROKERS_PREFIX, start_revision=revision + 1)
+                watch = await self.etcd.watch_prefix(
+                    cluster_layout.BROKERS_PREFIX, start_revision=revision + 1
+                )
                 try:
                     async for ev in watch:
                         revision = ev.mod_revision
-                        bid = ev.key[len(st.BROKERS_PREFIX) :]
+                        bid = ev.key[len(cluster_layout.BROKERS_PREFIX) :]
                         if not bid.isdigit():
                             continue
                         if ev.kind == "put":
@@ -376,7 +379,7 @@ class ControllerLoop(BrokerRequests):
                 log.warning("broker watch ended (%s); re-reading brokers", exc)
             await asyncio.sleep(0.5)
             try:
-                snap = await self.etcd.get_prefix(st.BROKERS_PREFIX)
+                snap = await self.etcd.get_prefix(cluster_layout.BROKERS_PREFIX)
             except hetcd.EtcdError as exc:
                 log.warning("cannot re-read brokers: %s", exc)
                 continue

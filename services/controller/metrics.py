@@ -1,4 +1,5 @@
-"""The controller's Prometheus metrics (per-RPC counts and latency live in headwater.rpc.metrics).
+"""The controller's Prometheus metrics (per-RPC counts and latency live in
+headwater.platform.metrics).
 
 Every controller process exports these; only the active one has non-zero partition gauges
 (a standby's are 0), so ``sum(headwater_controller_active)`` over all controllers is the

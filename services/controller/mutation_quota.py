@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from headwater import config_entities as ce
 from headwater import errors
-from headwater import etcd as hetcd
+from headwater.platform import etcd as hetcd
 
 KEY = "controller_mutation_rate"
 #: Burst, in seconds of the rate (Kafka: quota.window.num 11 x quota.window.size.seconds 1).

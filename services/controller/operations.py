@@ -30,22 +30,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from headwater import errors
 from headwater.v1 import controller_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import leadership, reassignment
 from services.controller import state as st
-
-if TYPE_CHECKING:
-    from services.controller.events import ControllerLoop
+from services.controller.context import ControllerContext
 
 log = logging.getLogger(__name__)
 PartitionKey = tuple[str, int]
 
 
-def check_broker_epoch(loop: ControllerLoop, broker_id: int, broker_epoch: int) -> int:
+def check_broker_epoch(loop: ControllerContext, broker_id: int, broker_epoch: int) -> int:
     """ErrorCode for a broker-originated request's (id, epoch) against the registrations."""
     assert loop.state is not None
     known = loop.state.brokers.get(broker_id)
@@ -56,12 +53,12 @@ def check_broker_epoch(loop: ControllerLoop, broker_id: int, broker_epoch: int) 
     return ErrorCode.NONE
 
 
-def _all_keys(loop: ControllerLoop) -> list[PartitionKey]:
+def _all_keys(loop: ControllerContext) -> list[PartitionKey]:
     assert loop.state is not None
     return sorted((t, p) for t, topic in loop.state.topics.items() for p in topic.assignment)
 
 
-def _replicas(loop: ControllerLoop, key: PartitionKey) -> list[int] | None:
+def _replicas(loop: ControllerContext, key: PartitionKey) -> list[int] | None:
     assert loop.state is not None
     topic = loop.state.topics.get(key[0])
     if topic is None or key[1] not in topic.assignment or key not in loop.state.partitions:
@@ -73,7 +70,7 @@ def _replicas(loop: ControllerLoop, key: PartitionKey) -> list[int] | None:
 
 
 async def alter_partition(
-    loop: ControllerLoop, request: controller_pb2.AlterPartitionRequest
+    loop: ControllerContext, request: controller_pb2.AlterPartitionRequest
 ) -> controller_pb2.AlterPartitionResponse:
     assert loop.state is not None and loop.epoch is not None
     state = loop.state
@@ -159,7 +156,7 @@ async def alter_partition(
 
 
 async def controlled_shutdown(
-    loop: ControllerLoop, request: controller_pb2.ControlledShutdownRequest
+    loop: ControllerContext, request: controller_pb2.ControlledShutdownRequest
 ) -> controller_pb2.ControlledShutdownResponse:
     """Mark the broker shutting down, move its leaderships to other live ISR members and
     drop it from ISRs it follows in; answer with the partitions it still leads."""
@@ -204,7 +201,7 @@ async def controlled_shutdown(
 
 
 async def elect_leaders(
-    loop: ControllerLoop, request: controller_pb2.ElectLeadersRequest
+    loop: ControllerContext, request: controller_pb2.ElectLeadersRequest
 ) -> controller_pb2.ElectLeadersResponse:
     assert loop.state is not None and loop.epoch is not None
     state = loop.state
@@ -253,7 +250,7 @@ async def elect_leaders(
     return controller_pb2.ElectLeadersResponse(partitions=results)
 
 
-async def rebalance_leaders(loop: ControllerLoop) -> list[PartitionKey]:
+async def rebalance_leaders(loop: ControllerContext) -> list[PartitionKey]:
     """Automatic leader rebalancing: a preferred election for the partitions of every broker
     whose imbalance ratio exceeds ``loop.imbalance_percent`` (partitions being reassigned
     are skipped). Returns the partitions whose leader moved."""

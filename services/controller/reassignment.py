@@ -28,15 +28,12 @@ import logging
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from headwater.v1 import controller_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import metrics
 from services.controller import state as st
-
-if TYPE_CHECKING:
-    from services.controller.events import ControllerLoop
+from services.controller.context import ControllerContext
 
 log = logging.getLogger(__name__)
 PartitionKey = tuple[str, int]
@@ -170,12 +167,12 @@ def _few(ids: list[int], n: int = 5) -> str:
 # ---------------------------------------------------------------- commands (event loop)
 
 
-def _eligible(loop: ControllerLoop) -> set[int]:
+def _eligible(loop: ControllerContext) -> set[int]:
     assert loop.state is not None
     return set(loop.state.brokers) - loop.shutting_down
 
 
-async def apply_step(loop: ControllerLoop, key: PartitionKey, step: Step) -> None:
+async def apply_step(loop: ControllerContext, key: PartitionKey, step: Step) -> None:
     """Write one step (topic key + partition state, one fenced txn) and tell the brokers."""
     assert loop.state is not None and loop.epoch is not None
     topic = loop.state.topics[key[0]]
@@ -203,7 +200,9 @@ async def apply_step(loop: ControllerLoop, key: PartitionKey, step: Step) -> Non
     loop.send_update_metadata()
 
 
-async def complete_ready(loop: ControllerLoop, keys: Iterable[PartitionKey]) -> list[PartitionKey]:
+async def complete_ready(
+    loop: ControllerContext, keys: Iterable[PartitionKey]
+) -> list[PartitionKey]:
     """Finish phase 2 for every reassigning partition of ``keys`` that is ready."""
     assert loop.state is not None and loop.epoch is not None
     done: list[PartitionKey] = []
@@ -232,7 +231,7 @@ def _result(
 
 
 async def alter_partition_reassignments(
-    loop: ControllerLoop, request: controller_pb2.AlterPartitionReassignmentsRequest
+    loop: ControllerContext, request: controller_pb2.AlterPartitionReassignmentsRequest
 ) -> controller_pb2.AlterPartitionReassignmentsResponse:
     assert loop.state is not None and loop.epoch is not None
     state = loop.state
@@ -276,7 +275,7 @@ async def alter_partition_reassignments(
 
 
 async def list_partition_reassignments(
-    loop: ControllerLoop, request: controller_pb2.ListPartitionReassignmentsRequest
+    loop: ControllerContext, request: controller_pb2.ListPartitionReassignmentsRequest
 ) -> controller_pb2.ListPartitionReassignmentsResponse:
     assert loop.state is not None
     out = []

@@ -2,9 +2,9 @@
 
 Both run as commands on the controller's event loop and write etcd with a transaction fenced
 by the controller epoch and by the mod revision of the key as read (a concurrent writer or a
-deposed controller writes nothing). Layouts: :mod:`headwater.rpc.auth.credentials` (only salt,
+deposed controller writes nothing). Layouts: :mod:`headwater.platform.auth.credentials` (only salt,
 iterations, StoredKey and ServerKey are stored: the client sends SaltedPassword, never the
-password) and :mod:`headwater.rpc.auth.acls`.
+password) and :mod:`headwater.platform.auth.acls`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from headwater import errors
-from headwater import etcd as hetcd
-from headwater.rpc.auth import acls, credentials, scram
+from headwater import errors, scram
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth import acls, credentials
 from headwater.v1 import security_pb2 as spb
 from services.controller import state as st
 from services.controller.events import ControllerLoop

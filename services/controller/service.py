@@ -19,8 +19,9 @@ from collections.abc import Callable
 import grpc
 
 from headwater import errors
-from headwater import etcd as hetcd
-from headwater.rpc.principal import client_id_of, principal_of
+from headwater.platform import cluster_layout
+from headwater.platform import etcd as hetcd
+from headwater.platform.principal import client_id_of, principal_of
 from headwater.v1 import controller_pb2, controller_pb2_grpc, security_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import configs, operations, reassignment, security, topics
@@ -151,9 +152,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     ) -> controller_pb2.DescribeClusterResponse:
         etcd = self._loop.etcd
         try:
-            cid = await etcd.get(st.CLUSTER_ID_KEY)
-            leader = await etcd.get(st.LEADER_KEY)
-            snap = await etcd.get_prefix(st.BROKERS_PREFIX)
+            cid = await etcd.get(cluster_layout.CLUSTER_ID_KEY)
+            leader = await etcd.get(cluster_layout.LEADER_KEY)
+            snap = await etcd.get_prefix(cluster_layout.BROKERS_PREFIX)
         except hetcd.EtcdError as exc:
             raise errors.RequestTimedOutError(f"etcd: {exc}") from exc
         info = LeaderInfo.decode(leader[0]) if leader else None

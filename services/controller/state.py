@@ -1,6 +1,7 @@
 """The controller's view of etcd: key layout, JSON codecs, loading, and fenced writes.
 
-Layout (docs/architecture.md; values JSON unless noted)::
+Layout: :mod:`headwater.platform.cluster_layout` (docs/architecture.md; values JSON unless
+noted)::
 
     /headwater/cluster_id               uuid hex (plain string), create-if-absent
     /headwater/controller/leader        {"controller_id", "epoch", "host", "port"} (lease)
@@ -30,17 +31,20 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from headwater import etcd as hetcd
+from headwater.platform import etcd as hetcd
+from headwater.platform.cluster_layout import (
+    BROKERS_PREFIX,
+    CLUSTER_ID_KEY,
+    EPOCH_KEY,
+    PARTITIONS_PREFIX,
+    TOPICS_PREFIX,
+    Topic,
+    broker_key,
+    partition_key,
+    topic_key,
+)
 
 log = logging.getLogger(__name__)
-
-ROOT = "/headwater/"
-CLUSTER_ID_KEY = "/headwater/cluster_id"
-LEADER_KEY = "/headwater/controller/leader"
-EPOCH_KEY = "/headwater/controller/epoch"
-BROKERS_PREFIX = "/headwater/brokers/ids/"
-TOPICS_PREFIX = "/headwater/topics/"
-PARTITIONS_PREFIX = "/headwater/partitions/"
 
 #: Operations per etcd transaction (etcd's default --max-txn-ops is 128; one slot is the
 #: epoch comparison's companion ops).
@@ -49,29 +53,6 @@ TXN_CHUNK = 100
 
 class FencedError(Exception):
     """A fenced write failed its comparison: this controller is deposed or read stale state."""
-
-
-async def read_controller_epoch(etcd: hetcd.Etcd) -> int:
-    """The controller epoch etcd holds (0 when no controller was ever elected): what a broker
-    checks before adopting a higher epoch from a control request."""
-    got = await etcd.get(EPOCH_KEY)
-    return int(got[0]) if got else 0
-
-
-def topic_key(name: str) -> str:
-    return f"{TOPICS_PREFIX}{name}"
-
-
-def partitions_prefix(topic: str) -> str:
-    return f"{PARTITIONS_PREFIX}{topic}/"
-
-
-def partition_key(topic: str, partition: int) -> str:
-    return f"{PARTITIONS_PREFIX}{topic}/{partition}"
-
-
-def broker_key(broker_id: int) -> str:
-    return f"{BROKERS_PREFIX}{broker_id}"
 
 
 @dataclass(frozen=True)
@@ -107,38 +88,6 @@ class Broker:
                 "metrics_url": self.metrics_url,
             }
         ).encode()
-
-
-@dataclass
-class Topic:
-    """A topic's assignment and config overrides; ``mod_revision`` of its etcd key."""
-
-    name: str
-    topic_id: str
-    assignment: dict[int, list[int]]
-    configs: dict[str, str]
-    mod_revision: int = 0
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "topic_id": self.topic_id,
-                "partitions": {str(p): r for p, r in sorted(self.assignment.items())},
-                "configs": self.configs,
-            },
-            separators=(",", ":"),
-        ).encode()
-
-    @staticmethod
-    def decode(name: str, raw: bytes, mod_revision: int) -> Topic:
-        d = json.loads(raw)
-        return Topic(
-            name=name,
-            topic_id=str(d["topic_id"]),
-            assignment={int(p): [int(b) for b in r] for p, r in d["partitions"].items()},
-            configs={str(k): str(v) for k, v in (d.get("configs") or {}).items()},
-            mod_revision=mod_revision,
-        )
 
 
 @dataclass(frozen=True)

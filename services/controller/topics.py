@@ -30,8 +30,9 @@ from collections import Counter
 from typing import Any, cast
 
 from headwater import errors
-from headwater import etcd as hetcd
 from headwater.config import TOPIC_KEYS, validate_topic_configs
+from headwater.platform import cluster_layout
+from headwater.platform import etcd as hetcd
 from headwater.v1 import controller_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import placement
@@ -103,7 +104,7 @@ def _check_rf(rf: int, live: int) -> None:
         )
 
 
-def _collision(name: str, existing: dict[str, st.Topic]) -> str | None:
+def _collision(name: str, existing: dict[str, cluster_layout.Topic]) -> str | None:
     norm = name.replace(".", "_")
     for other in existing:
         if other != name and other.replace(".", "_") == norm:
@@ -158,14 +159,14 @@ async def create_topics(
         if request.validate_only:
             results.append(_result(new.name))
             continue
-        topic = st.Topic(new.name, uuid.uuid4().hex, assignment, configs)
+        topic = cluster_layout.Topic(new.name, uuid.uuid4().hex, assignment, configs)
         topic.mod_revision = await st.fenced_write(
             loop.etcd,
             loop.epoch,
-            [hetcd.cmp_absent(st.topic_key(new.name))],
+            [hetcd.cmp_absent(cluster_layout.topic_key(new.name))],
             [
-                hetcd.op_put(st.topic_key(new.name), topic.encode()),
-                hetcd.op_delete_prefix(st.partitions_prefix(new.name)),
+                hetcd.op_put(cluster_layout.topic_key(new.name), topic.encode()),
+                hetcd.op_delete_prefix(cluster_layout.partitions_prefix(new.name)),
             ],
         )
         state.topics[new.name] = topic
@@ -178,7 +179,9 @@ async def create_topics(
     return controller_pb2.CreateTopicsResponse(topics=results, throttle_time_ms=_throttle(gate))
 
 
-async def _init_partitions(loop: ControllerLoop, topic: st.Topic, parts: list[int]) -> None:
+async def _init_partitions(
+    loop: ControllerLoop, topic: cluster_layout.Topic, parts: list[int]
+) -> None:
     assert loop.state is not None and loop.epoch is not None
     live = set(loop.state.brokers)
     states = {
@@ -218,10 +221,10 @@ async def delete_topics(
         await st.fenced_write(
             loop.etcd,
             loop.epoch,
-            [hetcd.cmp_mod(st.topic_key(name), "==", topic.mod_revision)],
+            [hetcd.cmp_mod(cluster_layout.topic_key(name), "==", topic.mod_revision)],
             [
-                hetcd.op_delete(st.topic_key(name)),
-                hetcd.op_delete_prefix(st.partitions_prefix(name)),
+                hetcd.op_delete(cluster_layout.topic_key(name)),
+                hetcd.op_delete_prefix(cluster_layout.partitions_prefix(name)),
             ],
         )
         del state.topics[name]
@@ -270,14 +273,14 @@ async def create_partitions(
             result=_result(request.topic, tid, exc), throttle_time_ms=_throttle(gate)
         )
     if not request.validate_only:
-        updated = st.Topic(
+        updated = cluster_layout.Topic(
             topic.name, topic.topic_id, {**topic.assignment, **added}, dict(topic.configs)
         )
         updated.mod_revision = await st.fenced_write(
             loop.etcd,
             loop.epoch,
-            [hetcd.cmp_mod(st.topic_key(topic.name), "==", topic.mod_revision)],
-            [hetcd.op_put(st.topic_key(topic.name), updated.encode())],
+            [hetcd.cmp_mod(cluster_layout.topic_key(topic.name), "==", topic.mod_revision)],
+            [hetcd.op_put(cluster_layout.topic_key(topic.name), updated.encode())],
         )
         state.topics[topic.name] = updated
         await _init_partitions(loop, updated, sorted(added))
@@ -310,12 +313,12 @@ async def alter_topic_configs(
         tid = topic.topic_id if topic is not None else ""
         return controller_pb2.AlterTopicConfigsResponse(result=_result(request.topic, tid, exc))
     if not request.validate_only and configs != topic.configs:
-        updated = st.Topic(topic.name, topic.topic_id, dict(topic.assignment), configs)
+        updated = cluster_layout.Topic(topic.name, topic.topic_id, dict(topic.assignment), configs)
         updated.mod_revision = await st.fenced_write(
             loop.etcd,
             loop.epoch,
-            [hetcd.cmp_mod(st.topic_key(topic.name), "==", topic.mod_revision)],
-            [hetcd.op_put(st.topic_key(topic.name), updated.encode())],
+            [hetcd.cmp_mod(cluster_layout.topic_key(topic.name), "==", topic.mod_revision)],
+            [hetcd.op_put(cluster_layout.topic_key(topic.name), updated.encode())],
         )
         state.topics[topic.name] = updated
         loop.send_update_metadata()

@@ -14,7 +14,7 @@ ownerships give every partition up at once (NOT_COORDINATOR) and the
 ``coordinator-registration`` task registers again under a new lease, after which the
 partitions are taken again with new epochs.
 
-The process runs through :class:`headwater.rpc.runner.ProcessRunner` (signals, ready file,
+The process runs through :class:`headwater.platform.runner.ProcessRunner` (signals, ready file,
 shutdown order). Long-lived tasks (the runner's guarded tasks: one that dies stops the process
 with exit code 1): ``coordinator-registration``
 (re-registers after a lease loss), ``coordinator-ownership`` (owns
@@ -42,18 +42,19 @@ from pathlib import Path
 from typing import Any
 
 from headwater import errors
-from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncProducer
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.metadata import Metadata
 from headwater.client.security import ClientSecurity, set_default_security
-from headwater.rpc.auth.client import attach_service
-from headwater.rpc.auth.interceptor import ServerAuth
-from headwater.rpc.limits import DEFAULT_LIMITS, RequestLimits
-from headwater.rpc.runner import ProcessRunner
-from headwater.rpc.security_flags import PLAINTEXT, ServerSecurity
-from headwater.rpc.server import start_server
-from services.controller.app import _connect_etcd
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth.interceptor import ServerAuth
+from headwater.platform.auth.service import attach_service
+from headwater.platform.limits import DEFAULT_LIMITS, RequestLimits
+from headwater.platform.process import connect_etcd
+from headwater.platform.producer_ids import ProducerIdAllocator
+from headwater.platform.runner import ProcessRunner
+from headwater.platform.security_flags import PLAINTEXT, ServerSecurity
+from headwater.platform.server import start_server
 from services.coordinator import metrics
 from services.coordinator.ownership import TXN_OWNERS_PREFIX, Ownership
 from services.coordinator.registration import CoordinatorRegistration
@@ -64,7 +65,6 @@ from services.coordinator.txn import servicer as txn_servicer
 from services.coordinator.txn.handlers import DEFAULT_MAX_TIMEOUT_MS
 from services.coordinator.txn.markers import MarkerWriter
 from services.coordinator.txn.runtime import TXN_TOPIC, TxnRuntime
-from services.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Settings:
     transaction_max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
     #: TLS / mTLS / authorizer settings (the shared security flags; plaintext by default).
     security: ServerSecurity = PLAINTEXT
-    #: Request limits of every RPC (headwater/rpc/limits.py).
+    #: Request limits of every RPC (headwater/platform/limits.py).
     limits: RequestLimits = DEFAULT_LIMITS
 
 
@@ -188,14 +188,14 @@ async def refresh_metrics(ownership: Ownership, admin: AsyncAdminClient, every_s
 
 async def run(settings: Settings, stop: asyncio.Event | None = None) -> int:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT), then deregister and shut down; returns
-    the exit code (headwater/rpc/runner.py)."""
+    the exit code (headwater/platform/runner.py)."""
     name = f"coordinator {settings.coordinator_id}"
     proc = ProcessRunner(name, ready_file=settings.ready_file, stop=stop)
     return await proc.run(functools.partial(_start, settings))
 
 
 async def _start(settings: Settings, proc: ProcessRunner) -> dict[str, Any]:
-    etcd = await _connect_etcd(settings.etcd, security=settings.security)
+    etcd = await connect_etcd(settings.etcd, security=settings.security)
     proc.closing("etcd", etcd.close)
     auth = ServerAuth(settings.security)
     await attach_service(auth, etcd)  # before any client below: their calls carry its token

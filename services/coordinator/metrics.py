@@ -1,4 +1,5 @@
-"""The coordinator's Prometheus metrics (per-RPC counts and latency live in headwater.rpc.metrics).
+"""The coordinator's Prometheus metrics (per-RPC counts and latency live in
+headwater.platform.metrics).
 
 Lag and members are gauges refreshed every ``metrics_interval_s`` (default 5 s) by
 ``services.coordinator.app.refresh_metrics`` for the groups of the ``__consumer_offsets``

@@ -46,9 +46,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from headwater import etcd as hetcd
 from headwater import timeouts
 from headwater.client.partitioner import crc32c_partition
+from headwater.platform import etcd as hetcd
 from services.coordinator.log_runtime import LogRuntime
 from services.coordinator.registration import IDS_PREFIX, CoordinatorRegistration
 

@@ -31,7 +31,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from headwater import etcd as hetcd
+from headwater.platform import etcd as hetcd
 
 log = logging.getLogger(__name__)
 

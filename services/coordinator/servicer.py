@@ -26,8 +26,8 @@ from typing import Any
 import grpc
 
 from headwater import errors
-from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, TopicPartition
+from headwater.platform import etcd as hetcd
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1 import coordinator_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode

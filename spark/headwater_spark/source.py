@@ -3,7 +3,8 @@ reader and writers (see docs/spark.md).
 
 Driver/executor split: ``partitions()`` runs on the driver and talks to the cluster through a
 short-lived :class:`~headwater_spark.resolver.Resolver`; ``read()`` runs on executors with
-only the picklable :class:`HeadwaterPartition` (an offset range plus the executor config).
+only the picklable :class:`~headwater_spark.partition.HeadwaterPartition` (an offset range
+plus the executor config).
 """
 
 from __future__ import annotations
@@ -22,19 +23,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from headwater_spark import arrow
-from headwater_spark.options import ExecutorConfig, parse_source_options
-from headwater_spark.planning import OffsetRange, ranges_between, split_ranges
+from headwater_spark.options import parse_source_options
+from headwater_spark.partition import HeadwaterPartition
+from headwater_spark.planning import ranges_between, split_ranges
 from headwater_spark.reader import read_range
 from headwater_spark.resolver import Resolver
-
-
-class HeadwaterPartition(InputPartition):
-    """One Spark task: one offset range of one topic partition."""
-
-    def __init__(self, rng: OffsetRange, cfg: ExecutorConfig) -> None:
-        super().__init__(rng)
-        self.rng = rng
-        self.cfg = cfg
 
 
 class HeadwaterBatchReader(DataSourceReader):

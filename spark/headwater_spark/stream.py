@@ -38,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
 
 from headwater.errors import HeadwaterError
 from headwater_spark.options import parse_source_options
+from headwater_spark.partition import HeadwaterPartition
 from headwater_spark.planning import (
     PartitionOffsets,
     from_json,
@@ -48,7 +49,6 @@ from headwater_spark.planning import (
 )
 from headwater_spark.reader import read_range
 from headwater_spark.resolver import Resolver
-from headwater_spark.source import HeadwaterPartition
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from headwater import etcd as hetcd
+from headwater.client.grpc_options import channel_options
 from headwater.dev.procs import ChildProcess, python_env, wait_until
-from headwater.rpc.server import channel_options
+from headwater.platform import cluster_layout
+from headwater.platform import etcd as hetcd
+from headwater.platform.cluster_layout import EPOCH_KEY
 from headwater.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 from headwater.v1.errors_pb2 import ErrorCode
-from services.controller import state as st
-from services.controller.state import EPOCH_KEY
 from tests.helpers.internal import cluster_key, internal_channel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,12 +29,14 @@ REPO = Path(__file__).resolve().parents[2]
 def record_topic(endpoint: str, name: str, partitions: int, replicas: list[int]) -> None:
     """Write ``name``'s record in etcd as the real controller would (``ActingController``
     does not): a broker starting up keeps only the logs the cluster's topics assign to it."""
-    topic = st.Topic(name, f"id-{name}", {p: list(replicas) for p in range(partitions)}, {})
+    topic = cluster_layout.Topic(
+        name, f"id-{name}", {p: list(replicas) for p in range(partitions)}, {}
+    )
 
     async def run() -> None:
         client = await hetcd.Etcd.connect(endpoint)
         try:
-            await client.put(st.topic_key(name), topic.encode())
+            await client.put(cluster_layout.topic_key(name), topic.encode())
         finally:
             await client.close()
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from broker_helpers import ActingController, BrokerProc, read_registration
 
-from headwater import etcd as hetcd
 from headwater.dev.etcd_server import EtcdServer
 from headwater.dev.procs import wait_until
+from headwater.platform import etcd as hetcd
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker.registration import Registration, RegistrationConflictError
 

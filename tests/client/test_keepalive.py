@@ -1,4 +1,4 @@
-"""Idle connections survive the clients' keepalive pings (headwater/rpc/server.py).
+"""Idle connections survive the clients' keepalive pings (headwater/platform/server.py).
 
 Clients ping every ``grpc.keepalive_time_ms`` even without calls; a gRPC server refuses pings
 without data more often than ``grpc.http2.min_recv_ping_interval_without_data_ms`` (default
@@ -13,7 +13,8 @@ import asyncio
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from headwater.rpc.server import channel_options, server_options
+from headwater.client.grpc_options import channel_options
+from headwater.platform.server import server_options
 
 
 def _opt(options: list[tuple[str, object]], name: str) -> int:

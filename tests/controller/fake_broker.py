@@ -12,9 +12,9 @@ from typing import Any
 
 import grpc
 
-from headwater import etcd as hetcd
+from headwater.platform import cluster_layout
+from headwater.platform import etcd as hetcd
 from headwater.v1 import broker_pb2, broker_pb2_grpc
-from services.controller import state as st
 
 
 class FakeBroker(broker_pb2_grpc.BrokerServicer):
@@ -57,8 +57,10 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
             "rack": rack,
             "metrics_url": "",
         }
-        await etcd.put(st.broker_key(self.broker_id), json.dumps(value), lease=self.lease)
-        got = await etcd.get(st.broker_key(self.broker_id))
+        await etcd.put(
+            cluster_layout.broker_key(self.broker_id), json.dumps(value), lease=self.lease
+        )
+        got = await etcd.get(cluster_layout.broker_key(self.broker_id))
         assert got is not None
         self.epoch = got[1].create_revision
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import grpc
 
-from headwater import etcd as hetcd
 from headwater.dev.cluster import ServiceProcess
-from headwater.rpc.auth import tokens
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth import tokens
 from headwater.v1 import controller_pb2, controller_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 from tests.controller.fake_broker import FakeBroker

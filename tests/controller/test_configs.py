@@ -15,7 +15,7 @@ from headwater import config_entities as ce
 from headwater import errors
 from headwater.client import AdminClient, ConfigResource
 from headwater.dev.cluster import LocalCluster
-from services.broker.dynamic_config import effective, parse_static
+from headwater.platform.dynamic_config import effective, parse_static
 
 # ----------------------------------------------------------------------------- pure
 

@@ -1,4 +1,4 @@
-"""headwater.etcd against a real etcd server: KV, CAS transactions, leases, watches."""
+"""headwater.platform.etcd against a real etcd server: KV, CAS transactions, leases, watches."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from headwater import etcd as hetcd
 from headwater.dev.etcd_server import EtcdServer
+from headwater.platform import etcd as hetcd
 from tests.helpers.wait import async_wait_for
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from headwater import errors
-from headwater import etcd as hetcd
 from headwater.client import AdminClient, Consumer, Producer, TopicPartition
 from headwater.dev.cluster import LocalCluster
+from headwater.platform import etcd as hetcd
 from tests.helpers.wait import wait_for
 
 

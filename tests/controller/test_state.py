@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from headwater import etcd as hetcd
+from headwater.platform import cluster_layout
+from headwater.platform import etcd as hetcd
 from services.controller import state as st
 
 
@@ -22,12 +23,12 @@ def _fresh(leader: int, rev: int = 0) -> st.PartitionState:
 def test_writes_are_fenced_by_controller_epoch_and_mod_revision(etcd: str) -> None:
     async def body() -> None:
         async with await hetcd.Etcd.connect(etcd) as c:
-            await c.put(st.EPOCH_KEY, "3")
+            await c.put(cluster_layout.EPOCH_KEY, "3")
             # 250 partitions: several chunked transactions (etcd allows 128 ops per txn)
             states = {p: _fresh(1) for p in range(250)}
             written = await st.write_partition_states(c, 3, "t", states)
             assert len(written) == 250 and all(s.mod_revision > 0 for s in written.values())
-            assert len((await c.get_prefix(st.partitions_prefix("t"))).items) == 250
+            assert len((await c.get_prefix(cluster_layout.partitions_prefix("t"))).items) == 250
             snap = await c.get_prefix("/headwater/")
             # a deposed controller (epoch 2) cannot write, even with the right mod revision
             update = {0: st.PartitionState(2, 1, (2,), 1, 2, written[0].mod_revision)}
@@ -43,7 +44,7 @@ def test_writes_are_fenced_by_controller_epoch_and_mod_revision(etcd: str) -> No
             assert await c.get_prefix("/headwater/") == snap
             ok = {0: st.PartitionState(2, 1, (2,), 1, 3, written[0].mod_revision)}
             after = await st.write_partition_states(c, 3, "t", ok)
-            got = await c.get(st.partition_key("t", 0))
+            got = await c.get(cluster_layout.partition_key("t", 0))
             assert got is not None
             assert st.PartitionState.decode(got[0], got[1].mod_revision) == after[0]
 
@@ -53,12 +54,12 @@ def test_writes_are_fenced_by_controller_epoch_and_mod_revision(etcd: str) -> No
 def test_load_reads_layout_and_ignores_orphan_partitions(etcd: str) -> None:
     async def body() -> None:
         async with await hetcd.Etcd.connect(etcd) as c:
-            topic = st.Topic("a", "f" * 32, {0: [1], 1: [1]}, {"retention.ms": "5"})
-            await c.put(st.topic_key("a"), topic.encode())
-            await c.put(st.partition_key("a", 0), _fresh(1).encode())
-            await c.put(st.partition_key("gone", 0), _fresh(1).encode())
+            topic = cluster_layout.Topic("a", "f" * 32, {0: [1], 1: [1]}, {"retention.ms": "5"})
+            await c.put(cluster_layout.topic_key("a"), topic.encode())
+            await c.put(cluster_layout.partition_key("a", 0), _fresh(1).encode())
+            await c.put(cluster_layout.partition_key("gone", 0), _fresh(1).encode())
             broker = st.Broker(1, "127.0.0.1", 9, "r1", "", 0)
-            rev = await c.put(st.broker_key(1), broker.encode())
+            rev = await c.put(cluster_layout.broker_key(1), broker.encode())
             state, revision = await st.load(c)
             assert revision >= rev
             assert state.brokers == {1: st.Broker(1, "127.0.0.1", 9, "r1", "", rev)}
@@ -75,10 +76,10 @@ def test_expire_broker_is_fenced_by_controller_and_broker_epoch(etcd: str) -> No
 
     async def body() -> None:
         async with await hetcd.Etcd.connect(etcd) as c:
-            await c.put(st.EPOCH_KEY, "3")
+            await c.put(cluster_layout.EPOCH_KEY, "3")
             lost = asyncio.Event()
             lease = await c.grant_lease(30, on_lost=lost.set, name="test-broker-lease")
-            key = st.broker_key(7)
+            key = cluster_layout.broker_key(7)
             raw = '{"broker_id": 7, "host": "127.0.0.1", "port": 1}'
             res = await c.txn([hetcd.cmp_absent(key)], [hetcd.op_put(key, raw, lease)])
             broker = st.Broker.decode(raw.encode(), res.revision)

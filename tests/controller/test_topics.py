@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 from headwater import errors
-from headwater import etcd as hetcd
 from headwater.dev.cluster import ServiceProcess
+from headwater.platform import etcd as hetcd
 from headwater.v1 import broker_pb2, controller_pb2, controller_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 from tests.controller.fake_broker import FakeBroker

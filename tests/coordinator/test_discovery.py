@@ -8,8 +8,8 @@ import json
 
 import grpc
 
-from headwater import etcd as hetcd
 from headwater.dev.cluster import LocalCluster
+from headwater.platform import etcd as hetcd
 from headwater.v1 import broker_pb2_grpc, metadata_pb2
 from services.controller.coordinators import COORDINATORS_PREFIX
 from tests.helpers.wait import wait_for

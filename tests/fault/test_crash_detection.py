@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient
+from headwater.platform import etcd as hetcd
 from tests.fault.harness.cluster import FaultCluster, partition_state, wait_partition
 from tests.fault.harness.proxy import ProxyHub
 from tests.fault.harness.workload import ProducerWorkload

@@ -30,11 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headwater import errors
-from headwater import etcd as hetcd
 from headwater.client import Consumer, Producer, TopicPartition
 from headwater.dev.cluster import LocalCluster
+from headwater.platform import etcd as hetcd
+from headwater.platform.cluster_layout import LEADER_KEY
 from headwater.v1.errors_pb2 import ErrorCode
-from services.controller.state import LEADER_KEY
 from services.coordinator.registration import IDS_PREFIX
 from tests.coordinator.service_helpers import (
     Committer,

@@ -13,9 +13,9 @@ import grpc
 
 from headwater.batch import encode_batch
 from headwater.batch.layout import CRC_START
+from headwater.client.grpc_options import channel_options
 from headwater.dev.cluster import LocalCluster
 from headwater.errors import from_rpc_error
-from headwater.rpc.server import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 from tests.fuzz import rpcs
 

@@ -36,8 +36,8 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headwater.client.grpc_options import channel_options
 from headwater.errors import ERROR_CODE_METADATA_KEY
-from headwater.rpc.server import channel_options
 from headwater.v1 import (
     broker_pb2,
     controller_pb2,

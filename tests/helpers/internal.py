@@ -13,14 +13,10 @@ from typing import Any
 
 import grpc
 
-from headwater import etcd as hetcd
-from headwater.rpc.auth import tokens
-from headwater.rpc.auth.client import (
-    AUTHORIZATION_METADATA_KEY,
-    DEFAULT_SERVICE_USER,
-    LocalTokenSource,
-    bearer_interceptors,
-)
+from headwater.client.auth import AUTHORIZATION_METADATA_KEY, bearer_interceptors
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth import tokens
+from headwater.platform.auth.service import DEFAULT_SERVICE_USER, LocalTokenSource
 
 
 def cluster_key(endpoint: str, **etcd_kwargs: Any) -> bytes:

@@ -145,7 +145,7 @@ def test_layers_are_shared(images: dict[str, dict[str, str]]) -> None:
         name: [x["digest"] for x in OciArchive(Path(images[name]["archive"])).manifest()["layers"]]
         for name in NAMES
     }
-    assert len(layers["headwater"]) == 3  # base, deps, app
+    assert len(layers["headwater"]) == 4  # base, deps, server deps, app
     assert len(layers["headwater-operator"]) == 4  # base, deps, operator deps, app
     assert layers["headwater-operator"][:2] == layers["headwater"][:2]
     assert len(layers["etcd"]) == 2  # base, etcd-server

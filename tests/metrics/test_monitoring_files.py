@@ -34,7 +34,7 @@ DASHBOARD = ROOT / "deploy" / "monitoring" / "grafana-dashboard.json"
 ALERTS = ROOT / "deploy" / "monitoring" / "prometheus-alerts.yaml"
 
 METRIC_MODULES = (
-    "headwater.rpc.metrics",
+    "headwater.platform.metrics",
     "services.broker.metrics",
     "services.controller.metrics",
     "services.coordinator.metrics",

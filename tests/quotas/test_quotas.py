@@ -24,7 +24,7 @@ import pytest
 
 from headwater.client import ConfigResource
 from headwater.dev.cluster import LocalCluster
-from headwater.rpc.principal import ANONYMOUS
+from headwater.platform.principal import ANONYMOUS
 from headwater.v1 import broker_pb2_grpc, metadata_pb2
 from tests.helpers.wait import wait_for
 from tests.quotas.quota_helpers import (

@@ -22,8 +22,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from headwater.rpc.runner import ProcessRunner
-from headwater.rpc.server import start_server
+from headwater.platform.runner import ProcessRunner
+from headwater.platform.server import start_server
 
 
 def main(ready_file: Path, events_file: Path) -> int:

@@ -1,4 +1,4 @@
-"""ProcessRunner on one event loop, no processes: the contract of headwater/rpc/runner.py
+"""ProcessRunner on one event loop, no processes: the contract of headwater/platform/runner.py
 (ready file, shutdown order, exit codes, guarded tasks, failing steps)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from headwater import timeouts
-from headwater.rpc.runner import ProcessRunner, write_ready_file
+from headwater.platform.runner import ProcessRunner, write_ready_file
 from tests.helpers.wait import async_wait_for
 
 pytestmark = pytest.mark.fast
@@ -122,7 +122,7 @@ def test_a_crashed_task_stops_the_process_with_its_traceback_logged(
         proc.task("crasher", crash())
         return PAYLOAD
 
-    with caplog.at_level(logging.INFO, logger="headwater.rpc.runner"):
+    with caplog.at_level(logging.INFO, logger="headwater.platform.runner"):
         assert _run(start) == 1
     crashed = [r for r in caplog.records if "task crasher crashed" in r.getMessage()]
     assert len(crashed) == 1 and crashed[0].levelno == logging.CRITICAL

@@ -59,7 +59,7 @@ def configure() -> None:
     LocalCluster.default_ca_dir = ca_dir
     files = {"ca_file": str(client.ca), "cert_file": str(client.cert), "key_file": str(client.key)}
     if security_on():
-        from headwater.rpc.principal import subject_dn
+        from headwater.platform.principal import subject_dn
 
         password = secrets.token_hex(12)
         LocalCluster.default_authorizer = True

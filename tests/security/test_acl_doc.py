@@ -1,5 +1,5 @@
 """docs/security.md's table of what every RPC needs matches the one RPC table
-(headwater/rpc/auth/rules.py, rendered by scripts/gen_acl_doc.py)."""
+(headwater/platform/auth/rules.py, rendered by scripts/gen_acl_doc.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from headwater.rpc.auth.rules import RULES
+from headwater.platform.auth.rules import RULES
 
 pytestmark = pytest.mark.fast
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from headwater.rpc.auth import rules
-from headwater.rpc.auth.acls import CLUSTER_NAME, OP, PERM, PT, RT, Authorizer, Entry
+from headwater.platform.auth import rules
+from headwater.platform.auth.acls import CLUSTER_NAME, OP, PERM, PT, RT, Authorizer, Entry
 from headwater.v1 import (
     broker_pb2,
     controller_pb2,

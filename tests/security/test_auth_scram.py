@@ -10,7 +10,8 @@ import scramp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.rpc.auth import scram, tokens
+from headwater import scram
+from headwater.platform.auth import tokens
 
 pytestmark = pytest.mark.fast
 

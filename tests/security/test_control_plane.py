@@ -23,11 +23,13 @@ import pytest
 from google.protobuf import message_factory
 
 from headwater import errors
-from headwater import etcd as hetcd
 from headwater.client.admin import AsyncAdminClient, NewTopic
+from headwater.client.auth import ScramTokenSource
 from headwater.dev.cluster import LocalCluster
-from headwater.rpc.auth import rules, tokens
-from headwater.rpc.auth.client import DEFAULT_SERVICE_USER, ScramTokenSource
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth import rules, tokens
+from headwater.platform.auth.service import DEFAULT_SERVICE_USER
+from headwater.platform.cluster_layout import EPOCH_KEY
 from headwater.v1 import (
     broker_pb2,
     controller_pb2,
@@ -39,7 +41,6 @@ from headwater.v1 import (
 )
 from headwater.v1 import coordinator_pb2 as cpb
 from headwater.v1.errors_pb2 import ErrorCode as E
-from services.controller.state import EPOCH_KEY
 from tests.fuzz.hostile import GOOD, ClusterView
 from tests.helpers.internal import cluster_key, internal_channel, registration_epoch
 from tests.helpers.wait import wait_for

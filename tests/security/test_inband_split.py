@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from headwater.rpc.auth import rules
-from headwater.rpc.auth.interceptor import _split
+from headwater.platform.auth import rules
+from headwater.platform.auth.interceptor import _split
 from headwater.v1 import broker_pb2
 from services.broker.handlers.produce_wire import decode_produce_request
 

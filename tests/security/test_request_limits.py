@@ -1,4 +1,4 @@
-"""Request limits (headwater/rpc/limits.py): the shape checker on messages, and the interceptor
+"""Request limits (headwater/platform/limits.py): the shape checker on messages, and the interceptor
 on an in-process server (start_server with small servicers): undecodable bytes, oversized
 requests and over-long fields are refused with INVALID_ARGUMENT / INVALID_REQUEST naming the
 method, field and limit, never echoing the input; valid requests reach the handler; client
@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from headwater import errors
-from headwater.rpc import limits as L
-from headwater.rpc.server import start_server
+from headwater.platform import limits as L
+from headwater.platform.server import start_server
 from headwater.v1 import (
     broker_pb2,
     broker_pb2_grpc,

@@ -25,10 +25,10 @@ from typing import Any
 import grpc
 import pytest
 
+from headwater.client.grpc_options import channel_options
 from headwater.dev.cluster import LocalCluster
 from headwater.errors import ERROR_CODE_METADATA_KEY
-from headwater.rpc import limits as L
-from headwater.rpc.server import channel_options
+from headwater.platform import limits as L
 from headwater.v1 import (
     broker_pb2,
     controller_pb2,

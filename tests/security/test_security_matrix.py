@@ -25,12 +25,12 @@ import grpc
 import pytest
 
 from headwater import errors
-from headwater import etcd as hetcd
 from headwater.client.admin import AsyncAdminClient, NewTopic
 from headwater.client.admin_security import Acl
+from headwater.client.auth import ScramTokenSource
 from headwater.dev.cluster import LocalCluster
-from headwater.rpc.auth import tokens
-from headwater.rpc.auth.client import ScramTokenSource
+from headwater.platform import etcd as hetcd
+from headwater.platform.auth import tokens
 from headwater.v1 import (
     broker_pb2,
     controller_pb2,

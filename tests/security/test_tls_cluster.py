@@ -20,12 +20,12 @@ import grpc
 import pytest
 
 from headwater import errors
-from headwater import etcd as hetcd
 from headwater.client import AsyncAdminClient, AsyncConsumer, AsyncProducer
 from headwater.client.security import ClientSecurity
 from headwater.client.types import TopicPartition
 from headwater.dev.cluster import LocalCluster, sync_channel
 from headwater.dev.tls import CertificateAuthority, Issued
+from headwater.platform import etcd as hetcd
 from headwater.v1 import broker_pb2_grpc, metadata_pb2
 from tests.quotas.quota_helpers import metric
 
@@ -249,8 +249,8 @@ def test_wrong_server_hostname_is_refused_unless_overridden(tmp_path: Path) -> N
     host it dials; ``server_hostname_override`` (for port-forwards) names the certified one."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from headwater.rpc.security_flags import ServerSecurity
-    from headwater.rpc.server import start_server
+    from headwater.platform.security_flags import ServerSecurity
+    from headwater.platform.server import start_server
 
     ca = CertificateAuthority(tmp_path)
     wrong = ca.issue("wrong-host", hosts=("wrong.invalid",))

@@ -13,8 +13,8 @@ from cryptography import x509
 from headwater.client.security import ClientSecurity
 from headwater.dev.tls import CertificateAuthority
 from headwater.errors import InvalidConfigError, SaslAuthenticationFailedError
-from headwater.rpc import principal
-from headwater.rpc.security_flags import (
+from headwater.platform import principal
+from headwater.platform.security_flags import (
     PrincipalMapper,
     ServerSecurity,
     add_security_flags,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from headwater import etcd as hetcd
-from services.producer_ids import BLOCK_KEY, ProducerIdAllocator
+from headwater.platform import etcd as hetcd
+from headwater.platform.producer_ids import BLOCK_KEY, ProducerIdAllocator
 
 
 def test_allocators_never_hand_out_the_same_id(etcd: str) -> None:

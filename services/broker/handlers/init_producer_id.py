@@ -3,9 +3,10 @@
 A request with a ``transactional_id`` is refused in-band with ``NOT_COORDINATOR``: transactional
 producers get their id and epoch from the transaction coordinator that owns the id
 (docs/transactions.md). Otherwise the answer is a fresh id from the etcd block allocator
-(:class:`services.producer_ids.ProducerIdAllocator`, ids never reused across the cluster) at
-epoch 0; the request's ``producer_id`` / ``producer_epoch`` (KIP-360 re-initialisation) do not
-matter here, since a non-transactional producer always starts over with a new id.
+(:class:`headwater.platform.producer_ids.ProducerIdAllocator`, ids never reused across the
+cluster) at epoch 0; the request's ``producer_id`` / ``producer_epoch`` (KIP-360
+re-initialisation) do not matter here, since a non-transactional producer always starts over
+with a new id.
 
 The allocator exists once the broker's etcd connection is up (:class:`ProducerIds` is handed to
 the servicer before the server starts and filled in by the server after connecting); until
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 import logging
 
-from headwater import etcd as hetcd
 from headwater.errors import CoordinatorNotAvailableError, NotCoordinatorError, message_of
+from headwater.platform import etcd as hetcd
+from headwater.platform.producer_ids import ProducerIdAllocator
 from headwater.v1 import transaction_pb2
 from services.broker.codes import error_code
-from services.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ first record at or after ``t`` below the high watermark, with that record's time
 from __future__ import annotations
 
 from headwater.errors import InvalidRequestError, message_of
-from headwater.rpc.limits import paced
+from headwater.platform.limits import paced
 from headwater.v1 import broker_pb2
 from services.broker.codes import error_code
 from services.broker.handlers.fetch import read_committed

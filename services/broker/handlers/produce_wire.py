@@ -17,7 +17,7 @@ Wire layout (broker.proto)::
     PartitionRecords: 1 topic LEN | 2 partition varint | 3 records LEN
 
 Unknown fields are skipped, as protobuf does; a malformed message raises :class:`ValueError`
-(the request-limit interceptor, :mod:`headwater.rpc.limits`, answers it INVALID_REQUEST). More
+(the request-limit interceptor, :mod:`headwater.platform.limits`, answers it INVALID_REQUEST). More
 than ``max_partitions`` partition entries stop the parse at once with
 :class:`~headwater.errors.InvalidRequestError` (the parse is Python: a request of a million
 tiny entries would otherwise hold a thread for seconds before the shape check refuses it).
@@ -26,8 +26,8 @@ tiny entries would otherwise hold a thread for seconds before the shape check re
 from __future__ import annotations
 
 from headwater.errors import InvalidRequestError
+from headwater.platform.limits import DEFAULT_LIMITS
 from headwater.protowire import int32, skip, varint
-from headwater.rpc.limits import DEFAULT_LIMITS
 
 
 class PartitionRecordsView:

@@ -1,6 +1,6 @@
 """Quota enforcement around the broker's client RPCs (used by ``services.broker.servicer``).
 
-Per request of ``(user, client_id)`` (``headwater.rpc.principal``):
+Per request of ``(user, client_id)`` (``headwater.platform.principal``):
 
 1. wait until the client's holds of the request's types have passed (a throttled client's
    next request is held here even when the client ignores throttle time);
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
-from headwater.rpc.principal import client_id_of, principal_of
+from headwater.platform.principal import client_id_of, principal_of
 from services.broker.quotas.manager import FETCH, PRODUCE, REQUEST, QuotaManager
 from services.broker.quotas.timing import Timed
 

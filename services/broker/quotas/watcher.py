@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from headwater import etcd as hetcd
+from headwater.platform import etcd as hetcd
 from services.broker.quotas import entities
 from services.broker.quotas.manager import QuotaManager
 

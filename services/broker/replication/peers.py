@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import grpc
 
-from headwater.rpc.auth.client import channel_interceptors
+from headwater.client.auth import channel_interceptors
 from services.broker.metadata_cache import MetadataCache
 
 #: Replication messages carry whole batches; allow large ones.

@@ -23,10 +23,10 @@ from collections import defaultdict
 
 import grpc
 
-from headwater import etcd as hetcd
 from headwater.client.connection import ConnectionPool
 from headwater.client.metadata import Metadata
 from headwater.client.types import TopicPartition
+from headwater.platform import etcd as hetcd
 from headwater.v1 import broker_pb2
 from headwater.v1 import coordinator_pb2 as cpb
 from headwater.v1.errors_pb2 import ErrorCode

@@ -23,8 +23,9 @@ import logging
 import time
 from typing import Any
 
-from headwater import etcd as hetcd
 from headwater.client import AsyncProducer
+from headwater.platform import etcd as hetcd
+from headwater.platform.producer_ids import ProducerIdAllocator
 from headwater.v1 import transaction_pb2 as tpb
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator.log_runtime import LogRuntime, PartitionLostError, Request
@@ -32,7 +33,6 @@ from services.coordinator.outcome import Outcome
 from services.coordinator.txn import handlers as h
 from services.coordinator.txn.markers import MarkerWriter
 from services.coordinator.txn.state import MAX_EPOCH, TxnState, TxnTable
-from services.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 

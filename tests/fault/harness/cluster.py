@@ -31,8 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from headwater import etcd as hetcd
 from headwater.dev.cluster import LocalCluster, ServiceProcess
+from headwater.platform import etcd as hetcd
 from tests.fault.harness.history import History
 from tests.fault.harness.proxy import LinkProxy, ProxyHub
 

@@ -197,7 +197,7 @@ class ServerSecurity:
         )
 
     def etcd_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :meth:`headwater.etcd.Etcd.connect`."""
+        """Keyword arguments for :meth:`headwater.platform.etcd.Etcd.connect`."""
         return {
             "ca": str(self.etcd_ca) if self.etcd_ca else None,
             "cert": str(self.etcd_cert) if self.etcd_cert else None,

@@ -24,7 +24,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from headwater import etcd as hetcd
+from headwater.platform import etcd as hetcd
 
 TOKEN_KEY_PATH = "/headwater/security/token_key"
 DEFAULT_TOKEN_TTL_MS = 15 * 60 * 1000

@@ -16,7 +16,7 @@ coordinator -> broker/coordinator, broker -> controller: every rule that needs C
 on the cluster whatever the request): they are closed by default, with or without the
 authorizer — only the cluster's internal identity (an internal token, minted with the cluster
 key from etcd) passes; with the authorizer on, a super user or a ClusterAction ACL also passes
-(Kafka's rule). See :mod:`headwater.rpc.auth.interceptor` and docs/security.md.
+(Kafka's rule). See :mod:`headwater.platform.auth.interceptor` and docs/security.md.
 
 An RPC missing from :data:`RULES` is internal and needs ALL on the cluster (a new RPC cannot
 be forgotten open); ``tests/security/test_acls_rules.py`` checks the table covers every method
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from headwater import errors
-from headwater.rpc.auth.acls import CLUSTER_NAME, OP, RT
+from headwater.client.admin_security import CLUSTER_NAME
+from headwater.platform.auth.acls import OP, RT
 from headwater.v1 import controller_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 
@@ -77,7 +78,7 @@ class Need:
 
     def error(self) -> errors.HeadwaterError:
         rt, op, name = self.check
-        from headwater.rpc.auth.acls import op_name, rt_name
+        from headwater.platform.auth.acls import op_name, rt_name
 
         return _ERROR_OF[rt](f"not authorized: {op_name(op)} on {rt_name(rt)} {name!r}")
 

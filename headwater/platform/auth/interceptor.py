@@ -1,21 +1,21 @@
 """Server side enforcement: who is calling (token / certificate / anonymous) and may they.
 
 :class:`ServerAuth` is what ``start_server`` needs to authenticate (the cluster token key) and
-to authorize (an :class:`~headwater.rpc.auth.acls.Authorizer`, None when ``--authorizer`` is
+to authorize (an :class:`~headwater.platform.auth.acls.Authorizer`, None when ``--authorizer`` is
 off). :class:`AuthInterceptor` runs on every call of every Headwater service (health and
 reflection pass through):
 
 1. the caller: a present ``authorization: Bearer <token>`` must verify (else
    SASL_AUTHENTICATION_FAILED — never silently anonymous) and names the user; without a token,
    the mTLS certificate principal; else ANONYMOUS. The user is published to the handler through
-   :func:`headwater.rpc.principal.set_authenticated` (a context variable of the call's task);
-2. a caller with an *internal* token (:mod:`headwater.rpc.auth.tokens`) is the cluster
+   :func:`headwater.platform.principal.set_authenticated` (a context variable of the call's task);
+2. a caller with an *internal* token (:mod:`headwater.platform.auth.tokens`) is the cluster
    itself: everything is allowed, as for a super user;
 3. always, authorizer on or off: an internal method (``Rule.internal``: LeaderAndIsr,
    StopReplica, ReplicaFetch, AlterPartition, ...) refuses every other caller with
    CLUSTER_AUTHORIZATION_FAILED (PERMISSION_DENIED) — unless the authorizer is on and lets
    the caller through step 4 (super user, ClusterAction ACL: Kafka's rule);
-4. with the authorizer on, the method's :class:`~headwater.rpc.auth.rules.Rule`: every need
+4. with the authorizer on, the method's :class:`~headwater.platform.auth.rules.Rule`: every need
    must be allowed (else the resource type's *_AUTHORIZATION_FAILED); per-partition denials
    are answered in-band; list answers are filtered.
 
@@ -35,9 +35,9 @@ from typing import Any
 import grpc
 
 from headwater import errors, timeouts
-from headwater.rpc import principal
-from headwater.rpc.auth import rules, tokens
-from headwater.rpc.auth.acls import Authorizer
+from headwater.platform import principal
+from headwater.platform.auth import rules, tokens
+from headwater.platform.auth.acls import Authorizer
 from headwater.v1.errors_pb2 import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class ServerAuth:
     def __init__(
         self, security: Any = None, *, token_ttl_ms: int = tokens.DEFAULT_TOKEN_TTL_MS
     ) -> None:
-        #: a :class:`headwater.rpc.security_flags.ServerSecurity` (None: no authorizer)
+        #: a :class:`headwater.platform.security_flags.ServerSecurity` (None: no authorizer)
         self.security = security
         self.token_ttl_ms = token_ttl_ms
         self.token_key = b""

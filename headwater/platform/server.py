@@ -6,19 +6,19 @@ each one has, without code of its own:
 * ``grpc.health.v1.Health`` (overall status "" and one per service name),
 * server reflection (``grpcurl -plaintext HOST:PORT list`` works),
 * a Prometheus endpoint (``/metrics``) with request counts, errors and latency per RPC
-  (:mod:`headwater.rpc.metrics`),
-* request limits (:mod:`headwater.rpc.limits`, the outermost interceptor): each method's
+  (:mod:`headwater.platform.metrics`),
+* request limits (:mod:`headwater.platform.limits`, the outermost interceptor): each method's
   request is size-checked, decoded and shape-checked (entries per repeated field, string
   lengths) before any other interceptor or handler sees it; gRPC's own receive limit is the
   largest request any registered method accepts, so a larger message is refused by gRPC
   before it is buffered,
 * two-stage shutdown: stop accepting, let in-flight calls finish for ``grace`` seconds,
-* TLS / mTLS when given a :class:`headwater.rpc.security_flags.ServerSecurity` with a
+* TLS / mTLS when given a :class:`headwater.platform.security_flags.ServerSecurity` with a
   certificate (the port then speaks TLS only; the metrics endpoint stays plain HTTP), and the
-  certificate-subject principal mapping (:mod:`headwater.rpc.principal`).
+  certificate-subject principal mapping (:mod:`headwater.platform.principal`).
 
 Handlers raise :class:`headwater.errors.HeadwaterError` for whole-request failures; the
-interceptor in :mod:`headwater.rpc.metrics` turns them into a gRPC status with the
+interceptor in :mod:`headwater.platform.metrics` turns them into a gRPC status with the
 ``headwater-error-code`` trailer (the only place that does).
 """
 
@@ -33,27 +33,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from headwater.rpc import limits as request_limits
-from headwater.rpc import metrics, principal
-from headwater.rpc.auth import authenticator
-from headwater.rpc.auth.interceptor import AuthInterceptor, ServerAuth
-from headwater.rpc.security_flags import ServerSecurity
+from headwater.client.grpc_options import DEFAULT_MAX_MESSAGE_BYTES, channel_options
+from headwater.platform import limits as request_limits
+from headwater.platform import metrics, principal
+from headwater.platform.auth import authenticator
+from headwater.platform.auth.interceptor import AuthInterceptor, ServerAuth
+from headwater.platform.security_flags import ServerSecurity
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-
-#: Channel/server options tuned for few, large, long-lived RPCs (see PERFORMANCE-NOTES).
-def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
-    return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.keepalive_time_ms", 20_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.keepalive_permit_without_calls", 1),
-    ]
 
 
 def server_options(
@@ -143,10 +130,10 @@ async def start_server(
     ``service`` names the process in metrics ("broker", "controller", ...).
     ``metrics_port`` None disables the Prometheus endpoint; 0 picks a free port.
     ``security`` None or without a certificate: plaintext; else TLS (mTLS per its client_auth).
-    ``auth`` (:class:`headwater.rpc.auth.interceptor.ServerAuth`, attached to etcd before or
+    ``auth`` (:class:`headwater.platform.auth.interceptor.ServerAuth`, attached to etcd before or
     after the start): serve the Authenticator, verify bearer tokens and, with its authorizer,
     enforce ACLs on every call.
-    ``limits``: the request limits of every method (:mod:`headwater.rpc.limits`).
+    ``limits``: the request limits of every method (:mod:`headwater.platform.limits`).
     """
     interceptors: list[grpc.aio.ServerInterceptor] = [
         request_limits.LimitInterceptor(service, limits),  # first: it decodes every request

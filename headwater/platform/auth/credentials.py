@@ -1,6 +1,6 @@
 """SCRAM credentials in etcd: ``/headwater/security/scram/<user>`` holds JSON
 ``{"SCRAM-SHA-256": {"salt", "iterations", "stored_key", "server_key"}, ...}`` (bytes as
-base64). Only the stored form (:class:`~headwater.rpc.auth.scram.ScramCredential`) is kept:
+base64). Only the stored form (:class:`~headwater.scram.ScramCredential`) is kept:
 never the password, never SaltedPassword.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import base64
 import json
 
-from headwater import etcd as hetcd
-from headwater.rpc.auth import scram
-from headwater.rpc.auth.scram import ScramCredential
+from headwater import scram
+from headwater.platform import etcd as hetcd
+from headwater.scram import ScramCredential
 
 SCRAM_PREFIX = "/headwater/security/scram/"
 MAX_USER_CHARS = 256

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from headwater import errors
-from headwater import etcd as hetcd
+from headwater.client.admin_security import CLUSTER_NAME
+from headwater.platform import etcd as hetcd
 from headwater.v1 import security_pb2 as spb
 
 log = logging.getLogger(__name__)
 
 ACL_PREFIX = "/headwater/security/acls/"
-CLUSTER_NAME = "headwater-cluster"
 
 RT = spb.AclResourceType
 PT = spb.AclPatternType

@@ -15,9 +15,9 @@ from typing import Any
 
 import grpc
 
-from headwater import errors, timeouts
-from headwater.rpc.auth import credentials, scram, tokens
-from headwater.rpc.auth.interceptor import ServerAuth
+from headwater import errors, scram, timeouts
+from headwater.platform.auth import credentials, tokens
+from headwater.platform.auth.interceptor import ServerAuth
 from headwater.v1 import security_pb2, security_pb2_grpc
 
 log = logging.getLogger(__name__)

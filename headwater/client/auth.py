@@ -5,31 +5,28 @@ that sends it as ``authorization: Bearer <token>`` on every call.
   ``Authenticator.Authenticate`` on first use (on a channel of its own, without the
   interceptor) and again when less than a fifth of the token's life is left (or after
   :meth:`invalidate`). The password never leaves the process: only SCRAM proofs are sent.
-* :class:`LocalTokenSource` — a service with etcd access mints its own *internal* token with
-  the cluster token key (the services' internal identity, docs/security.md): every service
-  attaches one to every outgoing call (:func:`attach_service`), whatever the security flags.
+* a service's own source of *internal* tokens (minted with the cluster token key; the
+  services' internal identity, docs/security.md) is on the server side:
+  :class:`headwater.platform.auth.service.LocalTokenSource`, installed as this module's
+  default source by :func:`headwater.platform.auth.service.attach_service`.
 
-Both are shared by every channel of one connection pool and owned by its event loop.
+A source is shared by every channel of one connection pool and owned by its event loop.
+This module is part of the client library: it imports nothing of the server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import grpc
 
-from headwater import errors
-from headwater.rpc.auth import scram, tokens
+from headwater import errors, scram
 from headwater.v1 import security_pb2, security_pb2_grpc
 
 AUTHORIZATION_METADATA_KEY = "authorization"
-#: Environment variable naming the principal of a service's internal token (optional).
-SERVICE_USER_ENV = "HEADWATER_SERVICE_USER"
-#: The internal token's user name when ``$HEADWATER_SERVICE_USER`` is not set.
-DEFAULT_SERVICE_USER = "headwater-service"
 MECHANISMS = {
     "SCRAM-SHA-256": security_pb2.SCRAM_SHA_256,
     "SCRAM-SHA-512": security_pb2.SCRAM_SHA_512,
@@ -43,8 +40,14 @@ class TokenSource(Protocol):
         ...
 
 
-def _refresh_due(expiry_ms: int, issued_ms: int) -> bool:
-    remaining = expiry_ms - tokens.now_ms()
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def refresh_due(expiry_ms: int, issued_ms: int) -> bool:
+    """Whether a token valid until ``expiry_ms`` and issued at ``issued_ms`` is to be renewed
+    (less than a fifth of its life left)."""
+    remaining = expiry_ms - _now_ms()
     return remaining < max(1, (expiry_ms - issued_ms) // 5)
 
 
@@ -77,7 +80,7 @@ class ScramTokenSource:
 
     async def token(self, target: str) -> str:
         async with self._lock:
-            if self._token is None or _refresh_due(self._expiry, self._issued):
+            if self._token is None or refresh_due(self._expiry, self._issued):
                 await self._authenticate(target)
             assert self._token is not None
             return self._token
@@ -121,39 +124,10 @@ class ScramTokenSource:
             finally:
                 queue.put_nowait(None)
             self._token, self._expiry = last.token, last.token_expiry_ms
-            self._issued = tokens.now_ms()
+            self._issued = _now_ms()
             self.principal = last.principal
         finally:
             await channel.close()
-
-
-class LocalTokenSource:
-    """Tokens for ``user`` minted locally with the cluster token key (``internal``: the
-    cluster's own identity, see :mod:`headwater.rpc.auth.tokens`)."""
-
-    def __init__(
-        self,
-        key: bytes,
-        user: str,
-        ttl_ms: int = tokens.DEFAULT_TOKEN_TTL_MS,
-        *,
-        internal: bool = False,
-    ) -> None:
-        self._key, self._user, self._ttl, self._internal = key, user, ttl_ms, internal
-        self._token: str | None = None
-        self._expiry = self._issued = 0
-
-    def current(self) -> str:
-        """The current token (minted again when a fifth of its life is left)."""
-        if self._token is None or _refresh_due(self._expiry, self._issued):
-            self._issued = tokens.now_ms()
-            self._token, self._expiry = tokens.mint(
-                self._key, self._user, ttl_ms=self._ttl, internal=self._internal
-            )
-        return self._token
-
-    async def token(self, target: str = "") -> str:
-        return self.current()
 
 
 _default_source: TokenSource | None = None
@@ -175,20 +149,6 @@ def channel_interceptors(target: str) -> list[grpc.aio.ClientInterceptor] | None
     source)."""
     source = _default_source
     return None if source is None else bearer_interceptors(source, target)
-
-
-def service_user() -> str:
-    """The principal name of this process's internal token."""
-    return os.environ.get(SERVICE_USER_ENV, "").strip() or DEFAULT_SERVICE_USER
-
-
-async def attach_service(auth: Any, etcd: Any) -> None:
-    """Complete a service's :class:`~headwater.rpc.auth.interceptor.ServerAuth` with etcd and
-    make every outgoing call of the process carry an internal token (the cluster's own
-    identity, minted with the cluster key; principal ``$HEADWATER_SERVICE_USER``, default
-    :data:`DEFAULT_SERVICE_USER`). Always: the internal RPCs accept nothing else."""
-    await auth.attach(etcd)
-    set_default_token_source(LocalTokenSource(auth.token_key, service_user(), internal=True))
 
 
 def _with_token(details: Any, token: str) -> Any:

@@ -65,7 +65,7 @@ DEFAULT_GRACE_S = 1.0
 
 
 class Server(Protocol):
-    """What the runner needs of a started server (``headwater.rpc.server.RunningServer``)."""
+    """What the runner needs of a started server (``headwater.platform.server.RunningServer``)."""
 
     async def stop(self, grace: float = ...) -> None: ...
 

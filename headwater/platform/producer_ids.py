@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
-from headwater import etcd as hetcd
+from headwater.platform import etcd as hetcd
 
 BLOCK_KEY = "/headwater/producer_ids/block"
 DEFAULT_BLOCK_SIZE = 1000

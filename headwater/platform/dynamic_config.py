@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from headwater import config as hconfig
 from headwater import config_entities as ce
-from headwater import etcd as hetcd
 from headwater.errors import InvalidConfigError
+from headwater.platform import etcd as hetcd
 
 log = logging.getLogger(__name__)
 

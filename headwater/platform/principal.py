@@ -2,7 +2,7 @@
 
 :func:`principal_of` resolves, in order (docs/security.md): a valid bearer token's user
 (authentication); else the mTLS peer certificate's subject mapped by the principal-mapping
-rules (:class:`headwater.rpc.security_flags.PrincipalMapper`, set by ``start_server``); else
+rules (:class:`headwater.platform.security_flags.PrincipalMapper`, set by ``start_server``); else
 ``"ANONYMOUS"``.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from cryptography import x509
 
-from headwater.rpc.security_flags import DEFAULT_MAPPER, PrincipalMapper
+from headwater.platform.security_flags import DEFAULT_MAPPER, PrincipalMapper
 
 ANONYMOUS = "ANONYMOUS"
 #: gRPC metadata key naming the client id when a request has no ``client_id`` field (or it is
@@ -31,7 +31,7 @@ def set_mapper(mapper: PrincipalMapper) -> None:
     _cert_principal.cache_clear()
 
 
-#: The user the auth interceptor (:mod:`headwater.rpc.auth.interceptor`) resolved for the call
+#: The user the auth interceptor (:mod:`headwater.platform.auth.interceptor`) resolved for the call
 #: being handled (token > certificate > anonymous); a context variable of the call's task.
 _authenticated: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "headwater_authenticated_user", default=None

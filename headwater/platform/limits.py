@@ -2,7 +2,7 @@
 before any interceptor or handler sees it.
 
 :class:`LimitInterceptor` is the outermost interceptor of every server
-(:func:`headwater.rpc.server.start_server`). It replaces each method's request deserializer by
+(:func:`headwater.platform.server.start_server`). It replaces each method's request deserializer by
 the identity, so that gRPC hands over the raw bytes, and then, per request message (once for a
 unary request, per message for a client stream):
 
@@ -41,7 +41,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from headwater import errors
-from headwater.rpc import metrics
+from headwater.platform import metrics
 
 T = TypeVar("T")
 
