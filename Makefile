@@ -18,8 +18,8 @@
 #   make k8s-tools   build kube-apiserver, kubectl, helm from Go modules into ~/.cache/headwater-k8s
 #                (scripts/k8s/build-tools.sh; cached by version and build recipe; then a no-op)
 #   make k8s-build   everything the Kubernetes tests need, cached by version/content: Debian
-#                packages, every Go tool of the node in one `go build` (with kube-apiserver,
-#                kubectl, helm, CoreDNS), the node's images, the project's images. Cold on 2
+#                packages, the node's Go tools (a superset of k8s-tools': the Kubernetes
+#                commands, helm, CoreDNS), the node's images, the project's images. Cold on 2
 #                cores: docs/kubernetes.md "CI"; warm: a few seconds
 #   make bench-peers Headwater side by side with Apache Kafka, NATS JetStream and Redis Streams
 #                (bench/side_by_side.py: installs the `bench` extra, fetches the peers from Maven
