@@ -2,7 +2,11 @@
 #
 #   make dev     install if needed, then start a local cluster (etcd, 2 controllers, 3 brokers,
 #                2 coordinators)
-#   make test    install if needed, then run every test
+#   make test    install if needed, build the Kubernetes parts if needed (k8s-build), then run
+#                every test: first the suite without Kubernetes nodes or images, then tests/images
+#                and tests/k8s_node in a second pytest run on ONE single-node Kubernetes (brought
+#                up for that run and taken down at its end, or reused if already up). Fails when
+#                either run fails (or collects nothing). Needs root (namespaces, mounts, apt-get)
 #   make test-fast  the pure-logic tests only (`pytest -m fast`: no process, no network, no
 #                gRPC, enforced by tests/helpers/purity.py); what to run on every change
 #   make test-secure  the replication and group suites with TLS, SCRAM and the authorizer on
@@ -15,7 +19,11 @@
 #                RPC handler, on a dedicated memory-capped local cluster (FUZZ_SECONDS,
 #                default 1800; not part of CI)
 #   make k8s-tools   build kube-apiserver, kubectl, helm from Go modules into ~/.cache/headwater-k8s
-#                (once: ~15 min on 2 cores; then a no-op; `make test` does it when needed)
+#                (scripts/k8s/build-tools.sh; cached by version and build recipe; then a no-op)
+#   make k8s-build   everything the Kubernetes tests need, cached by version/content: Debian
+#                packages, the node's Go tools (a superset of k8s-tools': the Kubernetes
+#                commands, helm, CoreDNS), the node's images, the project's images. Cold on 2
+#                cores: docs/kubernetes.md "CI"; warm: a few seconds
 #   make bench-peers Headwater side by side with Apache Kafka, NATS JetStream and Redis Streams
 #                (bench/side_by_side.py: installs the `bench` extra, fetches the peers from Maven
 #                Central / apt / the Go proxy, ~45 min; BENCH_FLAGS e.g. --quick; not part of CI)
@@ -24,15 +32,14 @@
 #                references (scripts/k8s/build-images.sh; cold ~9 min, a Python-only change
 #                ~45 s, nothing changed ~1 s, on 2 loaded cores: docs/kubernetes.md "Images")
 #   make test-images  `make images`, then tests/images (archives valid OCI, the images run
-#                chrooted without network, a Python-only change rebuilds only the top layer);
-#                not part of `make test` yet
+#                chrooted without network, a Python-only change rebuilds only the top layer)
 #   make k8s-node    bring up a single-node Kubernetes inside a private network namespace
 #                (scripts/k8s/node.sh; builds its parts on first use; prints the netns and
 #                kubeconfig; needs root). Clients run inside it: scripts/k8s/in-node kubectl ...
 #   make k8s-node-down   stop it, leaving no process, mount, namespace or changed sysctl behind
 #   make k8s-install the chart onto that node with the project's images (scripts/k8s/install-chart.sh)
 #   make test-k8s-node   the node's tests (tests/k8s_node; brings the node up and down itself
-#                unless one is already up; not part of `make test` yet)
+#                unless one is already up)
 #   make chart-check helm lint, helm template + strict schema validation, install/uninstall into
 #                a real kube-apiserver (tests/k8s/test_chart.py)
 #
@@ -55,8 +62,8 @@ export PATH := $(BIN):$(PATH)
 
 BENCH_FLAGS ?=
 
-.PHONY: install proto lint test test-fast test-secure dev ci fuzz clean bench-peers images test-images \
-	k8s-node k8s-node-down k8s-install test-k8s-node
+.PHONY: install proto lint test test-fast test-secure dev ci fuzz clean bench-peers images \
+	test-images k8s-tools k8s-build k8s-node k8s-node-down k8s-install test-k8s-node
 
 install: $(STAMP)
 
@@ -75,8 +82,14 @@ lint: $(STAMP)
 	$(BIN)/mypy headwater services operator/headwater_operator
 	$(BIN)/lint-imports
 
-test: $(STAMP)
-	$(BIN)/python -m pytest
+# Two pytest runs, both always run: the second one holds the tests that need the node (and the
+# image tests, which import into containerd), so the node is up only while they run. The
+# variables make tests/conftest.py and tests/images/conftest.py collect those folders.
+test: $(STAMP) k8s-build
+	$(BIN)/python -m pytest; suite=$$?; \
+	HEADWATER_TEST_IMAGES=1 HEADWATER_TEST_K8S_NODE=1 $(BIN)/python -m pytest tests/images tests/k8s_node; \
+	k8s=$$?; echo "make test: suite exit $$suite, images + k8s node exit $$k8s"; \
+	[ $$suite -eq 0 ] && [ $$k8s -eq 0 ]
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m fast -q
@@ -106,6 +119,11 @@ images: $(STAMP)
 test-images: images
 	HEADWATER_TEST_IMAGES=1 $(BIN)/python -m pytest tests/images
 
+# node.sh build: Debian packages, the node's Go tools (a superset of k8s-tools') and its images
+k8s-build: $(STAMP)
+	nice -n 10 bash scripts/k8s/node.sh build
+	nice -n 10 bash scripts/k8s/build-images.sh
+
 k8s-node:
 	nice -n 10 bash scripts/k8s/node.sh up
 
@@ -116,7 +134,7 @@ k8s-install: $(STAMP)
 	if [ -x scripts/k8s/build-images.sh ]; then nice -n 10 bash scripts/k8s/build-images.sh; fi
 	nice -n 10 bash scripts/k8s/install-chart.sh
 
-test-k8s-node: $(STAMP)
+test-k8s-node: k8s-build
 	HEADWATER_TEST_K8S_NODE=1 $(BIN)/python -m pytest tests/k8s_node
 
 chart-check: $(STAMP) k8s-tools

@@ -18,8 +18,9 @@ from headwater.dev.etcd_server import EtcdServer
 from tests.helpers import purity
 from tests.security import switch as security_switch
 
-# The single-node Kubernetes tests (tests/k8s_node) need root and bring up a whole node: they run
-# with `make test-k8s-node` (HEADWATER_TEST_K8S_NODE=1), not in the default run.
+# The single-node Kubernetes tests (tests/k8s_node) need root and bring up a whole node: a plain
+# `pytest` leaves them out; `make test` runs them in a second pytest run (with tests/images), on
+# one node for that run, and `make test-k8s-node` alone; both set HEADWATER_TEST_K8S_NODE=1.
 collect_ignore = [] if os.environ.get("HEADWATER_TEST_K8S_NODE") == "1" else ["k8s_node"]
 
 

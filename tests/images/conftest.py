@@ -1,8 +1,9 @@
-"""tests/images run only when asked (``make test-images`` sets HEADWATER_TEST_IMAGES=1).
+"""tests/images run only when asked (HEADWATER_TEST_IMAGES=1).
 
-A cold image build takes minutes (Debian packages and wheels are downloaded, docs/kubernetes.md
-"Images"), so these tests are not collected by the default run (``make test``) unless the
-variable is set; ``make test-images`` builds the images first (``make images``).
+They need root, and a cold image build takes minutes (Debian packages and wheels are downloaded,
+docs/kubernetes.md "Images"), so a plain ``pytest`` does not collect them. ``make test`` builds
+the images first (``make k8s-build``) and runs them in its second pytest run, with tests/k8s_node;
+``make test-images`` runs them alone after ``make images``. Both set the variable.
 """
 
 from __future__ import annotations
