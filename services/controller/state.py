@@ -1,19 +1,6 @@
-"""The controller's view of etcd: key layout, JSON codecs, loading, and fenced writes.
+"""The controller's view of etcd: JSON codecs, loading, and fenced writes.
 
-Layout: :mod:`headwater.platform.cluster_layout` (docs/architecture.md; values JSON unless
-noted)::
-
-    /headwater/cluster_id               uuid hex (plain string), create-if-absent
-    /headwater/controller/leader        {"controller_id", "epoch", "host", "port"} (lease)
-    /headwater/controller/epoch         integer (plain string)
-    /headwater/brokers/ids/<id>         {"broker_id", "host", "port", "rack", "metrics_url"}
-                                        (broker's lease; create revision = broker epoch)
-    /headwater/topics/<name>            {"topic_id", "partitions": {"0": [ids]}, "configs"}
-    /headwater/partitions/<topic>/<p>   {"leader", "leader_epoch", "isr", "partition_epoch",
-                                         "controller_epoch"[, "adding_replicas",
-                                         "removing_replicas"]}  (the last two only while a
-                                         reassignment runs; the topic key then holds
-                                         target + original replicas)
+The keys and their values: :mod:`headwater.platform.cluster_layout` (and docs/architecture.md).
 
 A topic exists once its topic key exists (the commit point of CreateTopics); partition state
 keys are written after it, and a controller loading state initialises any that are missing.
