@@ -39,7 +39,9 @@ MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SECURITY_CONFIG_ENV = "HEADWATER_SECURITY_CONFIG"
 
 
-def _read(path: str | None, what: str) -> bytes | None:
+def read_file(path: str | Path | None, what: str) -> bytes | None:
+    """The bytes of ``path`` (None for None); InvalidConfigError naming ``what`` when it
+    cannot be read. Shared by the clients' and the services' TLS settings."""
     if path is None:
         return None
     try:
@@ -79,9 +81,9 @@ class ClientSecurity:
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """TLS channel credentials (reads the files: call once per pool)."""
         return grpc.ssl_channel_credentials(
-            root_certificates=_read(self.ca_file, "CA file"),
-            private_key=_read(self.key_file, "key file"),
-            certificate_chain=_read(self.cert_file, "certificate file"),
+            root_certificates=read_file(self.ca_file, "CA file"),
+            private_key=read_file(self.key_file, "key file"),
+            certificate_chain=read_file(self.cert_file, "certificate file"),
         )
 
     def channel_options(self) -> list[tuple[str, Any]]:

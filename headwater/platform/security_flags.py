@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from headwater.client.security import read_file
 from headwater.errors import InvalidConfigError, SaslAuthenticationFailedError
 
 if TYPE_CHECKING:
@@ -125,15 +126,6 @@ class PrincipalMapper:
 DEFAULT_MAPPER = PrincipalMapper((MappingRule(None),), "DEFAULT")
 
 
-def _read(path: Path | None, what: str) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise InvalidConfigError(f"cannot read {what} {path}: {exc}") from exc
-
-
 @dataclass(frozen=True)
 class ServerSecurity:
     """A service's security settings (all off by default: plaintext, no authorizer)."""
@@ -176,9 +168,9 @@ class ServerSecurity:
         """gRPC server credentials, or None for plaintext."""
         if not self.tls:
             return None
-        key, cert = _read(self.tls_key, "TLS key"), _read(self.tls_cert, "TLS certificate")
+        key, cert = read_file(self.tls_key, "TLS key"), read_file(self.tls_cert, "TLS certificate")
         assert key is not None and cert is not None
-        ca = _read(self.tls_ca, "TLS CA") if self.client_auth != "none" else None
+        ca = read_file(self.tls_ca, "TLS CA") if self.client_auth != "none" else None
         return grpc.ssl_server_credentials(
             [(key, cert)], root_certificates=ca, require_client_auth=self.client_auth == "required"
         )
@@ -268,7 +260,7 @@ def security_from_args(ns: argparse.Namespace, ap: argparse.ArgumentParser) -> S
             allow_everyone_if_no_acl_found=ns.allow_everyone_if_no_acl_found,
         )
         for path in (sec.tls_cert, sec.tls_key, sec.tls_ca, sec.etcd_ca, sec.etcd_cert):
-            _read(path, "file")
+            read_file(path, "file")
     except InvalidConfigError as exc:
         ap.error(str(exc))
     return sec
