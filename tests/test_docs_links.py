@@ -11,7 +11,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted(
-    [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *ROOT.glob("*/README.md")],
+    [
+        ROOT / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+        # the project's folders, not tools' hidden ones (.pytest_cache/README.md)
+        *(p for p in ROOT.glob("*/README.md") if not p.parent.name.startswith(".")),
+    ],
 )
 # [text](target) outside code; images too. Targets with a scheme or starting with # are skipped
 # by the caller (same-document anchors are checked separately).
