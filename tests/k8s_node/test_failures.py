@@ -321,6 +321,14 @@ def _container_pid(node: Node, pod: dict[str, Any]) -> int:
     return int((state / "k8s.io" / cid / "init.pid").read_text())
 
 
+def _alive(pid: int) -> bool:
+    """Whether a broker process with this PID still runs (a reused PID runs something else)."""
+    try:
+        return "services.broker" in Path(f"/proc/{pid}/cmdline").read_text()
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.timeout(40 * 60)
 def test_broker_pod_deletion_and_sigkill_lose_no_acked_record_and_duplicate_none(
     release: Release,
@@ -369,8 +377,11 @@ def test_broker_pod_deletion_and_sigkill_lose_no_acked_record_and_duplicate_none
     wait_for(lambda: rel.full_isr(TOPIC), timeout=ISR_FULL_S, what="full ISR", interval=1)
     isr_s = time.monotonic() - start
     assert new["metadata"]["uid"] == old["metadata"]["uid"]  # the kubelet restarted it in place
-    terminated = new["status"]["containerStatuses"][0]["lastState"]["terminated"]
-    assert terminated["exitCode"] == 128 + 9, terminated  # died of SIGKILL
+    # the killed process is gone and a new container runs in its place (the kubelet's
+    # lastState.terminated is not always reported with the restart count: a CI run saw it empty)
+    assert not _alive(pid), pid
+    new_cid = new["status"]["containerStatuses"][0]["containerID"]
+    assert new_cid != old["status"]["containerStatuses"][0]["containerID"], new_cid
     vol.check_kept(rel, new)
     print(f"MEASURED SIGKILL of {name}: Ready again {ready_s:.1f} s, full ISR {isr_s:.1f} s")
     acked = _wait_acked_beyond(rel, _acked(rel) + 300)
