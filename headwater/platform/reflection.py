@@ -53,7 +53,7 @@ def _register_v1_descriptor() -> None:
     pool.Add(proto)
 
 
-class _Servicer(reflection.aio.ReflectionServicer):  # type: ignore[misc]
+class _Servicer(reflection.aio.ReflectionServicer):
     """grpcio-reflection's asyncio servicer, resolving method symbols too."""
 
     def _file_containing_symbol(self, request: Any, fully_qualified_name: str) -> Any:
