@@ -3,24 +3,15 @@ reference matches the protos and their comments (scripts/gen_api_doc.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
+
+from tests.helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "api.md"
 
 
-def _generator() -> ModuleType:
-    path = ROOT / "scripts" / "gen_api_doc.py"
-    spec = importlib.util.spec_from_file_location("gen_api_doc", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = load_script("gen_api_doc")
 
 
 def test_reference_is_current_and_complete() -> None:
