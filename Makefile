@@ -12,7 +12,9 @@
 #   make test-secure  the replication and group suites with TLS, SCRAM and the authorizer on
 #                (HEADWATER_TEST_SECURITY=1, docs/security.md)
 #   make lint    ruff check, ruff format --check, mypy, lint-imports (the layers: pyproject.toml
-#                [tool.importlinter], docs/architecture.md "Layers")
+#                [tool.importlinter], docs/architecture.md "Layers"), and buf lint + buf breaking
+#                on proto/ (scripts/tools/buf.sh: buf.yaml's rules; breaking against main before
+#                this commit, or the branch's merge base; buf built once from the Go proxy)
 #   make proto   regenerate headwater/v1/ from proto/
 #   make fuzz    a longer fuzzing campaign of the batch decoder (not part of CI)
 #   make fuzz-long  the hostile-input suite at a larger scale, then a fuzzing campaign of every
@@ -81,6 +83,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy headwater services operator/headwater_operator
 	$(BIN)/lint-imports
+	bash scripts/tools/buf.sh
 
 # Two pytest runs, both always run: the second one holds the tests that need the node (and the
 # image tests, which import into containerd), so the node is up only while they run. The

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 from headwater.config import TOPIC_KEYS
+from tests.helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "configuration.md"
 
 
-def _generator() -> ModuleType:
-    path = ROOT / "scripts" / "gen_config_doc.py"
-    spec = importlib.util.spec_from_file_location("gen_config_doc", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = load_script("gen_config_doc")
 STALE = "docs/configuration.md is stale: run python scripts/gen_config_doc.py --write"
 
 

@@ -4,7 +4,8 @@ Every service (broker, controller, coordinator) is started through :func:`start_
 each one has, without code of its own:
 
 * ``grpc.health.v1.Health`` (overall status "" and one per service name),
-* server reflection (``grpcurl -plaintext HOST:PORT list`` works),
+* server reflection, ``grpc.reflection.v1`` and ``v1alpha`` (``grpcurl -plaintext HOST:PORT
+  list`` works; :mod:`headwater.platform.reflection`),
 * a Prometheus endpoint (``/metrics``) with request counts, errors and latency per RPC
   (:mod:`headwater.platform.metrics`),
 * request limits (:mod:`headwater.platform.limits`, the outermost interceptor): each method's
@@ -31,11 +32,10 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from headwater.client.grpc_options import DEFAULT_MAX_MESSAGE_BYTES, channel_options
 from headwater.platform import limits as request_limits
-from headwater.platform import metrics, principal
+from headwater.platform import metrics, principal, reflection
 from headwater.platform.auth import authenticator
 from headwater.platform.auth.interceptor import AuthInterceptor, ServerAuth
 from headwater.platform.security_flags import ServerSecurity
@@ -151,14 +151,7 @@ async def start_server(
     collected.replay(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        [
-            *names,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ],
-        server,
-    )
+    reflection.enable([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)
     credentials = security.server_credentials() if security is not None else None
     if security is not None:
         principal.set_mapper(security.mapper)

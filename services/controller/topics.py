@@ -95,6 +95,19 @@ def _check_partitions(count: int) -> None:
         )
 
 
+#: What CreateTopics uses for a NewTopic that leaves ``partitions`` / ``replication_factor`` 0
+#: (unset in proto3): one partition, and three replicas or as many as there are live brokers.
+DEFAULT_PARTITIONS = 1
+DEFAULT_REPLICATION_FACTOR = 3
+
+
+def _shape(new: controller_pb2.NewTopic, live: int) -> tuple[int, int]:
+    """``(partitions, replication_factor)`` of ``new`` with 0 replaced by the defaults."""
+    partitions = new.partitions or DEFAULT_PARTITIONS
+    rf = new.replication_factor or min(DEFAULT_REPLICATION_FACTOR, max(live, 1))
+    return partitions, rf
+
+
 def _check_rf(rf: int, live: int) -> None:
     if rf < 1:
         raise errors.InvalidReplicationFactorError(f"replication factor must be >= 1, got {rf}")
@@ -121,7 +134,8 @@ async def create_topics(
         raise errors.InvalidRequestError(
             f"{len(request.topics)} topics in one request; at most {MAX_TOPICS_PER_REQUEST}"
         )
-    total = sum(t.partitions for t in request.topics if 1 <= t.partitions <= MAX_PARTITIONS)
+    shapes = [_shape(t, len(state.brokers)) for t in request.topics]
+    total = sum(n for n, _ in shapes if 1 <= n <= MAX_PARTITIONS)
     if total > MAX_PARTITIONS_PER_REQUEST:
         raise errors.InvalidPartitionsError(
             f"{total} partitions in one request; at most {MAX_PARTITIONS_PER_REQUEST}"
@@ -129,7 +143,7 @@ async def create_topics(
     counts = Counter(t.name for t in request.topics)
     results: list[controller_pb2.TopicResult] = []
     created: list[tuple[str, int]] = []
-    for new in request.topics:
+    for new, (partitions, rf) in zip(request.topics, shapes, strict=True):
         try:
             if counts[new.name] > 1:
                 raise errors.InvalidRequestError(f"topic {new.name!r} is given more than once")
@@ -142,17 +156,17 @@ async def create_topics(
                     f"topic {new.name!r} collides with existing topic {other!r}"
                     " ('.' and '_' are equivalent in metric names)"
                 )
-            _check_partitions(new.partitions)
-            _check_rf(new.replication_factor, len(state.brokers))
+            _check_partitions(partitions)
+            _check_rf(rf, len(state.brokers))
             configs = validate_topic_configs(dict(new.configs))
             assignment = placement.assign_replicas(
                 _racks(loop),
-                new.partitions,
-                new.replication_factor,
+                partitions,
+                rf,
                 start_index=random.randrange(len(state.brokers)),
             )
             if gate is not None and not request.validate_only:
-                gate.admit(new.partitions)
+                gate.admit(partitions)
         except errors.HeadwaterError as exc:
             results.append(_result(new.name, exc=exc))
             continue

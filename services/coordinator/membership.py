@@ -33,6 +33,8 @@ from services.coordinator.outcome import Ctx, Outcome
 
 MIN_SESSION_TIMEOUT_MS = 100
 MAX_SESSION_TIMEOUT_MS = 1_800_000
+#: The session timeout of a JoinGroup that leaves ``session_timeout_ms`` 0 (Kafka's default).
+DEFAULT_SESSION_TIMEOUT_MS = 45_000
 
 
 def valid_group_id(group_id: str) -> bool:
@@ -79,6 +81,11 @@ def choose_protocol(members: list[Member]) -> str:
 
 
 def join(table: GroupTable, req: pb.JoinGroupRequest, ctx: Ctx) -> Outcome:
+    if req.session_timeout_ms == 0:  # unset: the default (a copy: the caller's stays as sent)
+        given = req
+        req = pb.JoinGroupRequest()
+        req.CopyFrom(given)
+        req.session_timeout_ms = DEFAULT_SESSION_TIMEOUT_MS
     if not valid_group_id(req.group_id):
         return _join_error(ErrorCode.INVALID_GROUP_ID, f"invalid group id {req.group_id!r}")
     if not MIN_SESSION_TIMEOUT_MS <= req.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:

@@ -114,18 +114,13 @@ def test_fetch_errors(controller: ActingController, topic: str) -> None:
     cases = {
         "past the end": (dict(offset=end + 1), ErrorCode.OFFSET_OUT_OF_RANGE),
         "negative offset": (dict(offset=-5), ErrorCode.OFFSET_OUT_OF_RANGE),
-        "zero max_bytes": (dict(offset=0, max_bytes=0), ErrorCode.INVALID_FETCH_SIZE),
         "negative max_bytes": (dict(offset=0, max_bytes=-1), ErrorCode.INVALID_FETCH_SIZE),
+        "negative max_wait_ms": (dict(offset=0, max_wait_ms=-1), ErrorCode.INVALID_REQUEST),
+        "negative min_bytes": (dict(offset=0, min_bytes=-1), ErrorCode.INVALID_REQUEST),
     }
     for name, (kw, code) in cases.items():
-        offset = kw.pop("offset")
         req = broker_pb2.FetchRequest(
-            topic=topic,
-            partition=0,
-            offset=offset,
-            max_wait_ms=50,
-            max_bytes=kw.get("max_bytes", 1 << 20),
-            current_leader_epoch=-1,
+            topic=topic, partition=0, current_leader_epoch=-1, **{"max_wait_ms": 50, **kw}
         )
         responses = list(controller.stub.Fetch(req, timeout=30))  # the stream ends by itself
         assert [r.error_code for r in responses] == [code], name

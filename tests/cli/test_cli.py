@@ -111,7 +111,7 @@ def test_topics_list_describe_alter_delete(cluster: Any) -> None:
     [
         (("topics", "create", "dup"), "TOPIC_ALREADY_EXISTS"),
         (("topics", "create", "bad", "--config", "retention.ms=x"), "INVALID_CONFIG"),
-        (("topics", "create", "bad2", "--partitions", "0"), "INVALID_PARTITIONS"),
+        (("topics", "create", "bad2", "--partitions", "-1"), "INVALID_PARTITIONS"),
         (("topics", "describe", "missing-topic"), "UNKNOWN_TOPIC_OR_PARTITION"),
     ],
 )

@@ -6,6 +6,7 @@ import pytest
 
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
+from services.coordinator import membership
 from services.coordinator import records as rec
 from services.coordinator.group import GroupState, GroupTable
 from tests.coordinator.harness import PARKED, Harness
@@ -48,6 +49,16 @@ def test_join_sync_and_heartbeat_fencing() -> None:
     assert h.heartbeat("other", a, gen) == ErrorCode.UNKNOWN_MEMBER_ID
     assert h.join(G, "made-up").error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert len(h.rebalances) == 2
+
+
+def test_unset_session_timeout_is_the_default_and_a_negative_one_is_refused() -> None:
+    h = Harness()
+    assert h.join(G, session_ms=-1).error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+    a = h.join_dynamic(G, session_ms=0)
+    h.join(G, a, session_ms=0)
+    member = h.table.groups[G].members[a]
+    assert member.session_timeout_ms == membership.DEFAULT_SESSION_TIMEOUT_MS
+    assert member.rebalance_timeout_ms == 30_000  # the harness's, given explicitly
 
 
 def test_session_expiry_removes_member_and_rebalances() -> None:

@@ -156,10 +156,16 @@ def test_end_without_a_transaction_and_bad_ids_change_nothing() -> None:
     assert hn.end(7, 0, True).error_code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
     assert hn.add(100, 0, ("t", 0), tid="other").error_code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
     assert hn.add(100, 0, ("", 0)).error_code == ErrorCode.INVALID_REQUEST
-    assert hn.init(timeout_ms=0).error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    assert hn.init(timeout_ms=-1).error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
     assert hn.init(timeout_ms=60_001).error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
     assert hn.add_group(100, 0, "").error_code == ErrorCode.INVALID_GROUP_ID
     assert hn.log == before
+
+
+def test_unset_transaction_timeout_is_the_default() -> None:
+    hn = TxnHarness()
+    assert hn.init(timeout_ms=0).error_code == ErrorCode.NONE
+    assert hn.meta().timeout_ms == h.DEFAULT_TIMEOUT_MS
 
 
 def test_timeout_aborts_an_open_transaction_and_fences_its_producer() -> None:

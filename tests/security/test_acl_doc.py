@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from headwater.platform.auth.rules import RULES
+from tests.helpers.scripts import load_script
 
 pytestmark = pytest.mark.fast
 
@@ -17,16 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "security.md"
 
 
-def _generator() -> ModuleType:
-    path = ROOT / "scripts" / "gen_acl_doc.py"
-    spec = importlib.util.spec_from_file_location("gen_acl_doc", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = load_script("gen_acl_doc")
 
 
 def test_acl_operations_table_is_current() -> None:

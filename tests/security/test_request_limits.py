@@ -335,7 +335,8 @@ def test_client_controlled_waits_are_clamped() -> None:
     from services.broker.handlers import produce
 
     assert produce.timeout_ms_of(0) == produce.DEFAULT_TIMEOUT_MS
-    assert produce.timeout_ms_of(-5) == produce.DEFAULT_TIMEOUT_MS
+    with pytest.raises(errors.InvalidRequestError):
+        produce.timeout_ms_of(-5)
     assert produce.timeout_ms_of(1234) == 1234
     assert produce.timeout_ms_of(2**31 - 1) == produce.MAX_TIMEOUT_MS
 

@@ -4,9 +4,9 @@ The stream (one per partition per consumer) runs this loop on the event loop:
 
 1. look the partition up: it must exist (``UNKNOWN_TOPIC_OR_PARTITION``), be led here
    (``NOT_LEADER_OR_FOLLOWER``), and match the client's ``current_leader_epoch`` when one is
-   given (older: ``FENCED_LEADER_EPOCH``, newer: ``UNKNOWN_LEADER_EPOCH``); ``max_bytes`` must
-   be positive (``INVALID_FETCH_SIZE``). This is re-checked before every response, so a stream
-   notices leadership moving or the partition being deleted;
+   given (older: ``FENCED_LEADER_EPOCH``, newer: ``UNKNOWN_LEADER_EPOCH``); the sizes must not
+   be negative (below). This is re-checked before every response, so a stream notices
+   leadership moving or the partition being deleted;
 2. read whole batches from the position up to the high watermark — READ_COMMITTED: up to the
    last stable offset (``Log.read`` in a worker thread) until ``min_bytes`` are collected or
    ``max_bytes`` reached (the first batch is always sent whole, even when larger than
@@ -31,8 +31,12 @@ a slow reader: ``yield`` waits until the message is written; the bytes a stream 
 come from the broker's :class:`~services.broker.fetch_memory.FetchMemory` (bounded per
 connection and per broker), so stalled or very many streams wait instead of growing the heap.
 
-Defaults for unset fields: ``max_wait_ms`` 0 -> 500 (a larger value than 30 000 is clamped to
-30 000), ``min_bytes`` 0 -> 1. An isolation level outside the enum is ``INVALID_REQUEST``.
+Defaults for unset (zero) fields, as proto3 has no other "unset": ``max_wait_ms`` 0 -> 500 (a
+larger value than 30 000 is clamped to 30 000), ``min_bytes`` 0 -> 1, ``max_bytes`` 0 -> 1 MiB
+(the Python consumer's default per partition). A negative ``max_bytes`` is
+``INVALID_FETCH_SIZE``, a negative ``max_wait_ms`` or ``min_bytes`` and an isolation level
+outside the enum are ``INVALID_REQUEST``: checked before the first response, which then carries
+the error.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ from services.broker.replica_manager import ReplicaManager
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_WAIT_MS = 500
+#: ``max_bytes`` when the request leaves it 0 (unset).
+DEFAULT_MAX_BYTES = 1024 * 1024
 #: A larger ``max_wait_ms`` is clamped to this (a long poll never outlives it).
 MAX_WAIT_CAP_MS = 30_000
 
@@ -99,6 +105,16 @@ def read_committed(level: int) -> bool:
     if level not in (broker_pb2.READ_UNCOMMITTED, broker_pb2.READ_COMMITTED):
         raise InvalidRequestError(f"unknown isolation level {level}")
     return level == broker_pb2.READ_COMMITTED
+
+
+def _check_sizes(req: broker_pb2.FetchRequest) -> None:
+    """Negative sizes and waits are refused; 0 means the default (module docstring)."""
+    if req.max_bytes < 0:
+        raise InvalidFetchSizeError(f"max_bytes must be >= 0 (0: the default), got {req.max_bytes}")
+    for name in ("max_wait_ms", "min_bytes"):
+        value = getattr(req, name)
+        if value < 0:
+            raise InvalidRequestError(f"{name} must be >= 0 (0: the default), got {value}")
 
 
 def _check_position(p: Partition, position: int) -> None:
@@ -162,7 +178,7 @@ async def _chunks(
     wait_ms = req.max_wait_ms if req.max_wait_ms > 0 else DEFAULT_MAX_WAIT_MS
     max_wait = min(wait_ms, MAX_WAIT_CAP_MS) / 1000.0
     min_bytes = max(req.min_bytes, 1)
-    max_bytes = req.max_bytes
+    max_bytes = req.max_bytes if req.max_bytes != 0 else DEFAULT_MAX_BYTES
     p: Partition | None = None
     committed_only = False
     while True:
@@ -170,8 +186,7 @@ async def _chunks(
         pieces: list[bytes] = []
         size = 0
         try:
-            if max_bytes <= 0:
-                raise InvalidFetchSizeError(f"max_bytes must be positive, got {max_bytes}")
+            _check_sizes(req)
             committed_only = read_committed(req.isolation_level)
             deadline = loop.time() + max_wait
             while True:

@@ -29,6 +29,7 @@ import logging
 
 from headwater.batch import validate_batches
 from headwater.errors import (
+    InvalidRequestError,
     InvalidRequiredAcksError,
     MessageTooLargeError,
     message_of,
@@ -51,7 +52,10 @@ _INLINE_VALIDATE_BYTES = 256 * 1024
 
 
 def timeout_ms_of(requested: int) -> int:
-    """The acks=all wait for a request's ``timeout_ms``: 0 or less -> 30 s, at most 5 min."""
+    """The acks=all wait for a request's ``timeout_ms``: 0 (unset) -> 30 s, at most 5 min;
+    a negative value is ``INVALID_REQUEST``."""
+    if requested < 0:
+        raise InvalidRequestError(f"timeout_ms must be >= 0 (0: the default), got {requested}")
     return min(requested, MAX_TIMEOUT_MS) if requested > 0 else DEFAULT_TIMEOUT_MS
 
 

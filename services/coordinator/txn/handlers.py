@@ -28,6 +28,9 @@ from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator.outcome import Outcome, WaitKey
 from services.coordinator.txn.state import MAX_EPOCH, TxnMetadata, TxnState, TxnTable
 
+#: The transaction timeout of an InitProducerId that leaves transaction_timeout_ms 0 (Kafka's
+#: transaction.timeout.ms default), lowered to the largest allowed when that is smaller.
+DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_MAX_TIMEOUT_MS = 15 * 60 * 1000
 
 
@@ -111,11 +114,13 @@ def init_producer_id(table: TxnTable, req: tpb.InitProducerIdRequest, ctx: TxnCt
     R = tpb.InitProducerIdResponse
     if not req.transactional_id:
         return _fail(R, ErrorCode.INVALID_REQUEST, "transactional_id is required here")
-    if not 1 <= req.transaction_timeout_ms <= ctx.max_timeout_ms:
+    # 0 (unset): the default, within the configured largest
+    timeout_ms = req.transaction_timeout_ms or min(DEFAULT_TIMEOUT_MS, ctx.max_timeout_ms)
+    if not 1 <= timeout_ms <= ctx.max_timeout_ms:
         return _fail(
             R,
             ErrorCode.INVALID_TRANSACTION_TIMEOUT,
-            f"transaction_timeout_ms must be 1..{ctx.max_timeout_ms}",
+            f"transaction_timeout_ms must be 1..{ctx.max_timeout_ms} (0: the default)",
         )
     meta = table.txns.get(req.transactional_id)
     if meta is not None and req.producer_id >= 0:  # KIP-360: the caller names itself
@@ -142,7 +147,7 @@ def init_producer_id(table: TxnTable, req: tpb.InitProducerIdRequest, ctx: TxnCt
         producer_id=pid,
         producer_epoch=epoch,
         last_producer_epoch=last,
-        timeout_ms=req.transaction_timeout_ms,
+        timeout_ms=timeout_ms,
         state=TxnState.EMPTY,
         update_ms=ctx.now_ms,
     )

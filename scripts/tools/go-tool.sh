@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Build a Go command-line tool the project's checks use from the Go module proxy, once per
+# version, into a cache directory that later runs (and CI on the same machine) reuse, and print
+# the path of the binary:
+#
+#   ${HEADWATER_TOOLS_CACHE:-~/.cache/headwater-tools}/<tool>-<version>-<go version>/<tool>
+#
+# Usage: bash scripts/tools/go-tool.sh TOOL     build if missing, print the binary's path
+#        bash scripts/tools/go-tool.sh TOOL --print-bin   only print it (nothing is built)
+# Tools (their versions are pinned here; a new version builds into a new directory):
+#   buf      github.com/bufbuild/buf/cmd/buf          (buf lint / buf breaking: scripts/tools/buf.sh)
+#   grpcurl  github.com/fullstorydev/grpcurl/cmd/grpcurl   (tests/api/test_grpcurl.py, docs/api.md)
+# Environment: BUF_VERSION, GRPCURL_VERSION, HEADWATER_TOOLS_CACHE, GOCACHE / GOMODCACHE (Go's
+# own). Idempotent: a runnable binary already present is not rebuilt (< 1 s). The build runs
+# under `nice -n 19` so that it never slows a test run sharing the machine.
+set -euo pipefail
+
+BUF_VERSION="${BUF_VERSION:-v1.75.0}"
+GRPCURL_VERSION="${GRPCURL_VERSION:-v1.9.3}"
+CACHE="${HEADWATER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/headwater-tools}"
+
+tool="${1:?usage: go-tool.sh buf|grpcurl [--print-bin]}"
+case "$tool" in
+  buf) pkg=github.com/bufbuild/buf/cmd/buf version="$BUF_VERSION" ;;
+  grpcurl) pkg=github.com/fullstorydev/grpcurl/cmd/grpcurl version="$GRPCURL_VERSION" ;;
+  *) echo "go-tool.sh: unknown tool $tool (buf, grpcurl)" >&2; exit 2 ;;
+esac
+
+if ! command -v go >/dev/null 2>&1; then
+  if [ -x /usr/local/go/bin/go ]; then
+    export PATH="$PATH:/usr/local/go/bin"
+  else
+    echo "go-tool.sh: Go is needed to build $tool (none on PATH or in /usr/local/go)" >&2
+    exit 1
+  fi
+fi
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+dir="$CACHE/$tool-$version-$(go env GOVERSION)"
+bin="$dir/$tool"
+if [ "${2:-}" = "--print-bin" ]; then
+  echo "$bin"
+  exit 0
+fi
+
+runnable() { [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; }
+if ! runnable; then
+  mkdir -p "$dir"
+  # a lock so that two runs never build into the same place at once
+  exec 9>"$dir/.lock"
+  if command -v flock >/dev/null 2>&1; then
+    flock 9
+  fi
+  if ! runnable; then
+    echo "[go-tool $(date +%H:%M:%S)] building $pkg@$version into $dir" >&2
+    start=$(date +%s)
+    GOBIN="$dir/.tmp" nice -n 19 go install -trimpath "$pkg@$version" >&2
+    mv "$dir/.tmp/$tool" "$bin"
+    rmdir "$dir/.tmp"
+    echo "[go-tool $(date +%H:%M:%S)] built $tool in $(($(date +%s) - start)) s" >&2
+  fi
+fi
+echo "$bin"
