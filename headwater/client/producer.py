@@ -53,6 +53,7 @@ from headwater.client.errors import ProducerClosedError
 from headwater.client.metadata import Metadata
 from headwater.client.producer_config import ProducerConfig
 from headwater.client.producer_config import parse_acks as parse_acks  # re-exported
+from headwater.client.producer_parts import build_parts
 from headwater.client.record_future import RecordFuture
 from headwater.client.security import ClientSecurity
 from headwater.client.sender import Sender
@@ -165,64 +166,20 @@ class AsyncProducer:
             if self._sender_task is not None:
                 return
             self._check_open()
-            c = self._cfg
-            self._pool = ConnectionPool(
-                address_resolver=self._address_resolver, security=self._security
-            )
-            self._metadata = Metadata(
-                self._pool,
+            parts = build_parts(
+                self._cfg,
                 self._bootstrap,
-                max_age_ms=c.metadata_max_age_ms,
-                request_timeout_ms=c.request_timeout_ms,
-                retry_backoff_ms=c.retry_backoff_ms,
-            )
-            acc = Accumulator(
-                batch_size=c.batch_size,
-                linger_ms=c.linger_ms,
-                buffer_memory=c.buffer_memory,
-                max_block_ms=c.max_block_ms,
-                delivery_timeout_ms=c.delivery_timeout_ms,
-                compression=self._compression,
+                self._tps,
+                address_resolver=self._address_resolver,
+                security=self._security,
+                seq=self._seq,
                 on_batch_sealed=self._on_batch_sealed,
+                check_open=self._check_open,
             )
-            # before _acc: produce() from another thread starts once _acc is set
-            self._topics = TopicPartitions(self._tps, self._metadata, acc, self.max_block_ms)
-            self._bulk = BulkAppender(
-                acc, self.partitioner, self.max_request_size, self._check_open
-            )
-            self._acc = acc
-            producing: idempotence.Producing | None = None
-            if self._seq is not None:
-                if self.transactional_id is not None:
-                    self._txn = transactions.TransactionManager(
-                        self.transactional_id,
-                        self.transaction_timeout_ms,
-                        self._seq,
-                        self._acc,
-                        self._pool,
-                        self._metadata,
-                        request_timeout_s=c.request_timeout_ms / 1000,
-                        retry_backoff_s=c.retry_backoff_ms / 1000,
-                    )
-                producing = idempotence.Producing(
-                    self._seq, transactional=self._txn is not None, gate=self._txn
-                )
-            self._sender = Sender(
-                self._acc,
-                self._metadata,
-                self._pool,
-                acks=self.acks,
-                max_in_flight=c.max_in_flight,
-                request_timeout_ms=c.request_timeout_ms,
-                retries=c.retries,
-                retry_backoff_ms=c.retry_backoff_ms,
-                max_request_size=self.max_request_size,
-                client_id=c.client_id,
-                producing=producing,
-                transactional_id=self.transactional_id or "",
-            )
-            if self._txn is not None:
-                self._txn.wake_sender = self._sender.wake
+            self._pool, self._metadata, self._sender = parts.pool, parts.metadata, parts.sender
+            self._topics, self._bulk, self._txn = parts.topics, parts.bulk, parts.txn
+            # last: produce() from another thread starts once _acc is set
+            self._acc = parts.acc
             task = asyncio.get_running_loop().create_task(self._sender.run(), name="sender")
             task.add_done_callback(self._sender_done)
             self._sender_task = task
