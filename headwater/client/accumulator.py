@@ -1,4 +1,4 @@
-"""The producer's record accumulator: per-partition column lists, sealed into batches.
+"""The producer's record accumulator: per-partition queues of batches, readiness, completion.
 
 Ownership: one :class:`Accumulator` belongs to one producer and its event loop. Its state is
 guarded by ``lock`` (a re-entrant lock), so records may also be appended from other threads
@@ -8,24 +8,19 @@ blocking ``Producer.send``): the caller's thread appends under the lock and the 
 per record. ``send``/``send_many`` append on the loop; the sender drains, then reports each
 batch's fate with :meth:`Accumulator.complete` or :meth:`Accumulator.fail` (on the loop).
 
-Per partition there is a FIFO deque of :class:`ProducerBatch`; only the last one may be open
-(accepting records). A batch keeps *columns* — ``values``, ``keys`` (created lazily, None while
-every key is null), ``headers`` (lazily), timestamps (a single int while all are equal) — and is
-encoded with exactly one :func:`headwater.batch.encode_batch` call when it is drained.
+Per partition there is a FIFO deque of :class:`ProducerBatch` (its columns and waiters:
+:mod:`headwater.client.producer_batch`); only the last one may be open (accepting records).
 
 A batch is *ready* to send when it is sealed (full: its estimated size reached
 ``batch_size``), when it is older than ``linger_ms``, when a ``flush`` is in progress, or when
-senders are blocked waiting for buffer memory. Buffer memory is the sum of the estimated sizes
-of the records not yet completed; :meth:`reserve` blocks (FIFO) while it would exceed
-``buffer_memory`` and raises :class:`BufferExhaustedError` after ``max_block_ms``.
+senders are blocked waiting for buffer memory. The Accumulator is the producer's
+:class:`headwater.client.buffer_memory.BufferMemory` (``reserve`` blocks, FIFO, while the
+records not yet completed would exceed ``buffer_memory``).
 
-Waiters: records appended with :meth:`append_record` get a
-:class:`headwater.client.record_future.RecordFuture` (the batch's :class:`BatchOutcome` and the
-record's index: nothing per record until someone looks). Besides, each batch holds
-``(start, count, target)`` triples — ``target`` is an
-``asyncio.Future`` for one record (``send``) or a :class:`Group` (a ``send_many`` call that
-may span several batches and partitions). Record ``i`` of a batch acknowledged at base offset
-``B`` has offset ``B + i``.
+Records appended with :meth:`append_record` get a
+:class:`headwater.client.record_future.RecordFuture` (the batch's outcome and the record's
+index: nothing per record until someone looks); ``send`` and ``send_many`` add a future or a
+:class:`Group` to the batch's waiters.
 """
 
 from __future__ import annotations
@@ -38,19 +33,28 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from headwater import timeouts
-from headwater.batch import Compression, encode_batch
+from headwater.batch import Compression
+from headwater.client.buffer_memory import BufferMemory
 from headwater.client.errors import BufferExhaustedError, DeliveryTimeoutError
-from headwater.client.record_future import BatchOutcome, RecordCallback, RecordFuture
-from headwater.client.types import GroupMetadata, PartitionRange, RecordMetadata, TopicPartition
-from headwater.errors import MessageTooLargeError
+from headwater.client.producer_batch import (
+    BATCH_OVERHEAD,
+    RECORD_OVERHEAD,
+    Group,
+    Header,
+    ProducerBatch,
+)
+from headwater.client.record_future import RecordCallback, RecordFuture
+from headwater.client.types import PartitionRange, RecordMetadata, TopicPartition
 
-#: Estimated per-record bytes besides key and value (timestamp delta + two offsets).
-RECORD_OVERHEAD = 12
-#: Estimated batch bytes besides records (the 64-byte header plus padding).
-BATCH_OVERHEAD = 128
-
-Header = tuple[str, bytes | None]
+__all__ = [
+    "BATCH_OVERHEAD",
+    "RECORD_OVERHEAD",
+    "Accumulator",
+    "Group",
+    "Header",
+    "ProducerBatch",
+    "Producing",
+]
 
 
 class Producing(Protocol):
@@ -70,188 +74,7 @@ class Producing(Protocol):
     def expired_sequenced(self, batch: ProducerBatch, err: BaseException) -> None: ...
 
 
-class Group:
-    """The future of one ``send_many`` call: resolved when every piece is acknowledged."""
-
-    __slots__ = ("_closed", "future", "pending", "ranges", "topic")
-
-    def __init__(self, topic: str, future: asyncio.Future[GroupMetadata]) -> None:
-        self.topic = topic
-        self.future = future
-        self.pending = 0
-        self.ranges: list[PartitionRange] = []
-        self._closed = False
-
-    def add_piece(self) -> None:
-        self.pending += 1
-
-    def close_adding(self) -> None:
-        """No more pieces will be added; resolve now if all are already done."""
-        self._closed = True
-        self._maybe_done()
-
-    def piece_done(self, rng: PartitionRange) -> None:
-        self.pending -= 1
-        self.ranges.append(rng)
-        self._maybe_done()
-
-    def fail(self, exc: BaseException) -> None:
-        self.pending -= 1
-        if not self.future.done():
-            self.future.set_exception(exc)
-
-    def _maybe_done(self) -> None:
-        if self._closed and self.pending == 0 and not self.future.done():
-            self.future.set_result(GroupMetadata(self.topic, tuple(self.ranges)))
-
-
-class ProducerBatch:
-    """Records of one partition sent together (mutable until drained; owned by the loop)."""
-
-    __slots__ = (
-        "attempts",
-        "base_seq",
-        "count",
-        "created",
-        "done",
-        "encoded",
-        "headers",
-        "keys",
-        "nbytes",
-        "outcome",
-        "reserved",
-        "retry_at",
-        "sealed",
-        "timestamps",
-        "tp",
-        "ts_uniform",
-        "values",
-        "waiters",
-    )
-
-    def __init__(self, tp: TopicPartition, created: float, done: asyncio.Future[None]) -> None:
-        self.tp = tp
-        self.created = created
-        self.values: list[Any] = []
-        self.keys: list[bytes | None] | None = None
-        self.headers: list[Sequence[Header]] | None = None
-        self.ts_uniform: int | None = None
-        self.timestamps: list[int] | None = None
-        self.count = 0
-        self.nbytes = BATCH_OVERHEAD  # estimated encoded size (drives sealing)
-        self.reserved = 0  # buffer memory held by this batch's records
-        self.waiters: list[tuple[int, int, Any]] = []
-        self.sealed = False
-        self.encoded: bytes | None = None
-        self.attempts = 0
-        self.retry_at = 0.0
-        self.done = done
-        self.base_seq = -1  # idempotence: assigned at drain time, kept across retries
-        self.outcome = BatchOutcome(tp, self.timestamp_at)
-
-    def _add_timestamps(self, ts: int, n: int) -> None:
-        if self.timestamps is None:
-            if self.count == 0:
-                self.ts_uniform = ts
-                return
-            if ts == self.ts_uniform:
-                return
-            self.timestamps = [self.ts_uniform or 0] * self.count
-        self.timestamps.extend([ts] * n if n != 1 else (ts,))
-
-    def timestamp_at(self, index: int) -> int:
-        if self.timestamps is not None:
-            return self.timestamps[index]
-        return self.ts_uniform if self.ts_uniform is not None else -1
-
-    def append(
-        self,
-        value: Any,
-        key: bytes | None,
-        headers: Sequence[Header] | None,
-        ts: int,
-        nbytes: int,
-        target: Any,
-    ) -> None:
-        i = self.count
-        self._add_timestamps(ts, 1)
-        self.values.append(value)
-        if key is not None:
-            if self.keys is None:
-                self.keys = [None] * i
-            self.keys.append(key)
-        elif self.keys is not None:
-            self.keys.append(None)
-        if headers:
-            if self.headers is None:
-                self.headers = [()] * i
-            self.headers.append(headers)
-        elif self.headers is not None:
-            self.headers.append(())
-        self.count = i + 1
-        self.nbytes += nbytes
-        self.reserved += nbytes
-        self.waiters.append((i, 1, target))
-
-    def append_many(
-        self,
-        values: Sequence[Any],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Sequence[Header]] | None,
-        ts: int,
-        nbytes: int,
-        target: Any,
-    ) -> None:
-        i, n = self.count, len(values)
-        self._add_timestamps(ts, n)
-        self.values.extend(values)
-        if keys is not None:
-            if self.keys is None:
-                self.keys = [None] * i
-            self.keys.extend(keys)
-        elif self.keys is not None:
-            self.keys.extend([None] * n)
-        if headers is not None:
-            if self.headers is None:
-                self.headers = [()] * i
-            self.headers.extend(headers)
-        elif self.headers is not None:
-            self.headers.extend([()] * n)
-        self.count = i + n
-        self.nbytes += nbytes
-        self.reserved += nbytes
-        self.waiters.append((i, n, target))
-
-    def encode(
-        self, compression: Compression, producer: tuple[int, int, bool] | None = None
-    ) -> bytes:
-        """The batch's bytes (encoded once; retries resend the same bytes).
-
-        ``producer`` = (producer_id, epoch, transactional) for an idempotent producer, with
-        ``base_seq`` already assigned; the header carries them inside the CRC.
-        """
-        if self.encoded is None:
-            ts: Any = self.timestamps if self.timestamps is not None else self.ts_uniform
-            pid, epoch, txn = producer if producer is not None else (-1, -1, False)
-            self.encoded = encode_batch(
-                self.values,
-                self.keys,
-                headers=self.headers,
-                timestamps=ts,
-                compression_type=compression,
-                producer_id=pid,
-                producer_epoch=epoch,
-                base_sequence=self.base_seq if producer is not None else -1,
-                transactional=txn,
-            )
-            # the columns are no longer needed; keep what resolving futures reads
-            self.values = []
-            self.keys = None
-            self.headers = None
-        return self.encoded
-
-
-class Accumulator:
+class Accumulator(BufferMemory):
     """Per-partition batches, buffer memory and readiness (see module docstring)."""
 
     def __init__(
@@ -266,26 +89,21 @@ class Accumulator:
         on_batch_sealed: Callable[[str, int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(buffer_memory, max_block_ms, on_blocked=self._wake)
         self.batch_size = batch_size
         self.linger = linger_ms / 1000
-        self.buffer_memory = buffer_memory
-        self.max_block = max_block_ms / 1000
         self.delivery_timeout = delivery_timeout_ms / 1000
         self.compression = compression
         self._on_sealed = on_batch_sealed
         self.clock = clock
-        self.used = 0
         self.flushing = 0
         self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.incomplete: set[ProducerBatch] = set()
-        self._mem_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         #: called whenever something may have become ready (set by the sender)
         self.wakeup: Callable[[], None] = lambda: None
         #: told of every failed batch (the transaction manager's abortable-error hook)
         self.on_fail: Callable[[ProducerBatch, BaseException], None] | None = None
         self._wake_pending = False
-        #: guards every field above; taken by the loop and by threads appending records
-        self.lock = threading.RLock()
         #: set by :meth:`close_appends`: every later append raises it
         self.closed: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -310,96 +128,6 @@ class Accumulator:
 
     def _call_wakeup(self) -> None:
         self.wakeup()
-
-    # ------------------------------------------------------------ memory
-
-    def try_reserve(self, nbytes: int) -> bool:
-        with self.lock:
-            if not self._mem_waiters and self.used + nbytes <= self.buffer_memory:
-                self.used += nbytes
-                return True
-            return False
-
-    async def reserve(self, nbytes: int) -> None:
-        """Take ``nbytes`` of buffer memory, waiting (FIFO) up to ``max_block_ms``."""
-        if nbytes > self.buffer_memory:
-            raise MessageTooLargeError(
-                f"{nbytes} bytes of records exceed buffer_memory={self.buffer_memory}"
-            )
-        with self.lock:
-            if self.try_reserve(nbytes):
-                return
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._mem_waiters.append((nbytes, fut))
-        self._wake()  # blocked writers make every batch ready
-        try:
-            await timeouts.wait_for(asyncio.shield(fut), self.max_block)
-        except TimeoutError:
-            if fut.done() and not fut.cancelled():
-                return  # granted at the same moment the wait timed out
-            with self.lock:
-                fut.cancel()
-                self._grant()
-            raise BufferExhaustedError(
-                f"waited {self.max_block * 1000:.0f} ms for {nbytes} bytes of buffer memory "
-                f"({self.used}/{self.buffer_memory} in use)"
-            ) from None
-        except BaseException:
-            with self.lock:
-                if fut.done() and not fut.cancelled():
-                    self.used -= nbytes
-                fut.cancel()
-                self._grant()
-            raise
-
-    def reserve_blocking(self, nbytes: int) -> None:
-        """:meth:`reserve` for a thread other than the loop's: blocks the calling thread (FIFO
-        with the loop's waiters) up to ``max_block_ms``, then :class:`BufferExhaustedError`."""
-        if nbytes > self.buffer_memory:
-            raise MessageTooLargeError(
-                f"{nbytes} bytes of records exceed buffer_memory={self.buffer_memory}"
-            )
-        with self.lock:
-            if self.try_reserve(nbytes):
-                return
-            waiter = _ThreadWaiter()
-            self._mem_waiters.append((nbytes, waiter))  # type: ignore[arg-type]
-        self._wake()  # blocked writers make every batch ready
-        if waiter.event.wait(self.max_block):
-            waiter.check()
-            return
-        with self.lock:
-            if waiter.event.is_set():
-                waiter.check()
-                return  # granted at the same moment the wait timed out
-            waiter.cancel()
-            self._grant()
-        raise BufferExhaustedError(
-            f"waited {self.max_block * 1000:.0f} ms for {nbytes} bytes of buffer memory "
-            f"({self.used}/{self.buffer_memory} in use)"
-        )
-
-    def release(self, nbytes: int) -> None:
-        with self.lock:
-            self.used -= nbytes
-            self._grant()
-
-    def _grant(self) -> None:
-        # under self.lock
-        while self._mem_waiters:
-            need, fut = self._mem_waiters[0]
-            if fut.done():
-                self._mem_waiters.popleft()
-                continue
-            if self.used + need > self.buffer_memory and self.used > 0:
-                return
-            self._mem_waiters.popleft()
-            self.used += need
-            fut.set_result(None)
-
-    @property
-    def memory_blocked(self) -> bool:
-        return bool(self._mem_waiters)
 
     # ------------------------------------------------------------ appending
 
@@ -782,43 +510,9 @@ class Accumulator:
                 dq.clear()
             self.queues.clear()
             batches = list(self.incomplete)
-            waiters = list(self._mem_waiters)
-            self._mem_waiters.clear()
+            waiters = self._take_mem_waiters()
         for batch in batches:
             self.fail(batch, exc)
         for _need, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)
-
-
-class _ThreadWaiter:
-    """A thread blocked in :meth:`Accumulator.reserve_blocking`: the slice of the asyncio
-    future interface ``_grant`` and ``fail_all`` use, over a ``threading.Event``."""
-
-    __slots__ = ("_cancelled", "error", "event")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.error: BaseException | None = None
-        self._cancelled = False
-
-    def done(self) -> bool:
-        return self.event.is_set() or self._cancelled
-
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def cancel(self) -> None:
-        self._cancelled = True
-
-    def set_result(self, _value: None) -> None:
-        self.event.set()
-
-    def set_exception(self, exc: BaseException) -> None:
-        self.error = exc
-        self.event.set()
-
-    def check(self) -> None:
-        """Raise the error the wait ended with (the producer failed), if any."""
-        if self.error is not None:
-            raise self.error

@@ -24,25 +24,7 @@ cut into batch-sized runs by slicing, keyed records are grouped by partition wit
 argsort (:mod:`headwater.client.bulk`). Records are encoded a batch at a time when the sender
 drains them (:mod:`headwater.client.accumulator`, :mod:`headwater.client.sender`).
 
-Configuration (Kafka's names and meanings): ``acks`` 0 | 1 | "all"; ``batch_size`` (bytes,
-default 1 MiB — Headwater's RPCs are expensive per call, so batches are big);
-``linger_ms`` (5); ``buffer_memory`` (32 MiB) with ``max_block_ms`` (60 s) of back-pressure
-before :class:`BufferExhaustedError`; ``compression_type`` none | gzip | lz4 | zstd;
-``retries``, ``retry_backoff_ms``, ``delivery_timeout_ms`` (120 s); ``max_in_flight`` requests
-per broker (5); ``request_timeout_ms`` (30 s); ``max_request_size`` (8 MiB of batches per
-request); ``client_id``; ``partitioner`` ("default" = CRC-32C, "murmur2", or a callable);
-``address_resolver`` (maps an advertised ``host:port`` to the address to dial: port-forwards,
-NAT, fault proxies; the consumer takes it too); ``security`` (a
-:class:`headwater.client.security.ClientSecurity`: TLS / mTLS / SCRAM; the consumer and admin
-client take it too).
-
-Idempotence (docs/transactions.md): ``acks`` defaults to "all" (Kafka 3.x) and
-``enable_idempotence`` (None) is then on: the producer gets a producer id on first use and
-numbers batches per partition, so a retry never duplicates or reorders (see
-:mod:`headwater.client.sender`). ``enable_idempotence=True`` with ``acks`` other than all or
-``retries=0`` is an :class:`InvalidConfigError`; with ``acks`` 0 or 1 batches carry producer
-id/epoch/base sequence = -1 (the non-idempotent path). A fatal error (a sequence gap, a fenced
-epoch) fails every pending and later send with that error.
+Configuration, its validation and idempotence's defaults: :mod:`headwater.client.producer_config`.
 
 Transactions: ``transactional_id=...`` (and ``transaction_timeout_ms``) adds
 ``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
@@ -62,7 +44,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from headwater import errors, timeouts
-from headwater.batch import Compression
 from headwater.client import idempotence, transactions
 from headwater.client import partitioner as partitioners
 from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, Header
@@ -70,28 +51,18 @@ from headwater.client.bulk import BulkAppender, check_bytes
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.errors import ProducerClosedError
 from headwater.client.metadata import Metadata
+from headwater.client.producer_config import ProducerConfig
+from headwater.client.producer_config import parse_acks as parse_acks  # re-exported
+from headwater.client.producer_parts import build_parts
 from headwater.client.record_future import RecordFuture
 from headwater.client.security import ClientSecurity
 from headwater.client.sender import Sender
 from headwater.client.topic_partitions import TopicPartitions
 from headwater.client.types import GroupMetadata, RecordMetadata, TopicPartition
-from headwater.v1 import broker_pb2
 
 log = logging.getLogger(__name__)
 
 Callback = Callable[[RecordMetadata | None, BaseException | None], None]
-
-
-def parse_acks(acks: int | str) -> int:
-    """0, 1, -1 / "all" -> the wire :class:`Acks` value."""
-    text = str(acks).strip().lower()
-    if text == "0":
-        return broker_pb2.ACKS_NONE
-    if text == "1":
-        return broker_pb2.ACKS_LEADER
-    if text in ("all", "-1"):
-        return broker_pb2.ACKS_ALL
-    raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or all, got {acks!r}")
 
 
 def _now_ms() -> int:
@@ -131,36 +102,37 @@ class AsyncProducer:
         self._bootstrap = parse_bootstrap(
             bootstrap if isinstance(bootstrap, str) else list(bootstrap)
         )
-        if batch_size < 1024 or buffer_memory < batch_size or max_in_flight < 1:
-            raise errors.InvalidConfigError(
-                "need batch_size >= 1024, buffer_memory >= batch_size, max_in_flight >= 1"
-            )
-        if linger_ms < 0 or retries < 0 or request_timeout_ms <= 0:
-            raise errors.InvalidConfigError("linger_ms, retries must be >= 0, timeouts > 0")
-        self.acks = parse_acks(acks)
-        if transactional_id is not None and not transactional_id:
-            raise errors.InvalidConfigError("transactional_id must not be empty")
-        if transaction_timeout_ms <= 0:
-            raise errors.InvalidConfigError("transaction_timeout_ms must be > 0")
-        self.transactional_id = transactional_id
-        self.transaction_timeout_ms = transaction_timeout_ms
-        self.enable_idempotence = idempotence.resolve_enable_idempotence(
-            enable_idempotence,
-            self.acks == broker_pb2.ACKS_ALL,
-            retries,
-            transactional_id is not None,
+        c = self._cfg = ProducerConfig(
+            acks=acks,
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            buffer_memory=buffer_memory,
+            max_block_ms=max_block_ms,
+            compression_type=compression_type,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            max_in_flight=max_in_flight,
+            request_timeout_ms=request_timeout_ms,
+            max_request_size=max_request_size,
+            client_id=client_id,
+            partitioner=partitioner,
+            metadata_max_age_ms=metadata_max_age_ms,
+            enable_idempotence=enable_idempotence,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
         )
-        if self.enable_idempotence and max_in_flight > idempotence.MAX_IN_FLIGHT_IDEMPOTENT:
-            raise errors.InvalidConfigError(
-                f"max_in_flight must be <= {idempotence.MAX_IN_FLIGHT_IDEMPOTENT} with idempotence"
-            )
+        self.acks = c.acks
+        self.transactional_id = c.transactional_id
+        self.transaction_timeout_ms = c.transaction_timeout_ms
+        self.enable_idempotence = c.enable_idempotence
         self._seq: idempotence.Sequencer | None = (
             idempotence.Sequencer() if self.enable_idempotence else None
         )
         self._txn: transactions.TransactionManager | None = None
         self.max_block_ms = max_block_ms
         self.max_request_size = max_request_size
-        self.partitioner = partitioners.resolve(partitioner)
+        self.partitioner = c.partitioner
         self._sticky = (
             self.partitioner
             if isinstance(self.partitioner, partitioners.StickyPartitioner)
@@ -168,20 +140,7 @@ class AsyncProducer:
         )
         #: the sticky partitioner's current partition per topic (produce()'s fast path)
         self._sticky_current = self._sticky.current if self._sticky is not None else None
-        self._compression = Compression.parse(compression_type)
-        self._cfg: dict[str, Any] = dict(
-            batch_size=batch_size,
-            linger_ms=linger_ms,
-            buffer_memory=buffer_memory,
-            max_block_ms=max_block_ms,
-            delivery_timeout_ms=delivery_timeout_ms,
-            retries=retries,
-            retry_backoff_ms=retry_backoff_ms,
-            max_in_flight=max_in_flight,
-            request_timeout_ms=request_timeout_ms,
-            client_id=client_id,
-            metadata_max_age_ms=metadata_max_age_ms,
-        )
+        self._compression = c.compression
         self._pool: ConnectionPool | None = None
         self._metadata: Metadata | None = None
         self._acc: Accumulator | None = None
@@ -207,64 +166,20 @@ class AsyncProducer:
             if self._sender_task is not None:
                 return
             self._check_open()
-            c = self._cfg
-            self._pool = ConnectionPool(
-                address_resolver=self._address_resolver, security=self._security
-            )
-            self._metadata = Metadata(
-                self._pool,
+            parts = build_parts(
+                self._cfg,
                 self._bootstrap,
-                max_age_ms=c["metadata_max_age_ms"],
-                request_timeout_ms=c["request_timeout_ms"],
-                retry_backoff_ms=c["retry_backoff_ms"],
-            )
-            acc = Accumulator(
-                batch_size=c["batch_size"],
-                linger_ms=c["linger_ms"],
-                buffer_memory=c["buffer_memory"],
-                max_block_ms=c["max_block_ms"],
-                delivery_timeout_ms=c["delivery_timeout_ms"],
-                compression=self._compression,
+                self._tps,
+                address_resolver=self._address_resolver,
+                security=self._security,
+                seq=self._seq,
                 on_batch_sealed=self._on_batch_sealed,
+                check_open=self._check_open,
             )
-            # before _acc: produce() from another thread starts once _acc is set
-            self._topics = TopicPartitions(self._tps, self._metadata, acc, self.max_block_ms)
-            self._bulk = BulkAppender(
-                acc, self.partitioner, self.max_request_size, self._check_open
-            )
-            self._acc = acc
-            producing: idempotence.Producing | None = None
-            if self._seq is not None:
-                if self.transactional_id is not None:
-                    self._txn = transactions.TransactionManager(
-                        self.transactional_id,
-                        self.transaction_timeout_ms,
-                        self._seq,
-                        self._acc,
-                        self._pool,
-                        self._metadata,
-                        request_timeout_s=c["request_timeout_ms"] / 1000,
-                        retry_backoff_s=c["retry_backoff_ms"] / 1000,
-                    )
-                producing = idempotence.Producing(
-                    self._seq, transactional=self._txn is not None, gate=self._txn
-                )
-            self._sender = Sender(
-                self._acc,
-                self._metadata,
-                self._pool,
-                acks=self.acks,
-                max_in_flight=c["max_in_flight"],
-                request_timeout_ms=c["request_timeout_ms"],
-                retries=c["retries"],
-                retry_backoff_ms=c["retry_backoff_ms"],
-                max_request_size=self.max_request_size,
-                client_id=c["client_id"],
-                producing=producing,
-                transactional_id=self.transactional_id or "",
-            )
-            if self._txn is not None:
-                self._txn.wake_sender = self._sender.wake
+            self._pool, self._metadata, self._sender = parts.pool, parts.metadata, parts.sender
+            self._topics, self._bulk, self._txn = parts.topics, parts.bulk, parts.txn
+            # last: produce() from another thread starts once _acc is set
+            self._acc = parts.acc
             task = asyncio.get_running_loop().create_task(self._sender.run(), name="sender")
             task.add_done_callback(self._sender_done)
             self._sender_task = task

@@ -58,7 +58,7 @@ def _revoke_lease_of(endpoint: str, key: str) -> None:
         try:
             got = await client.get(key)
             assert got is not None and got[1].lease_id
-            await hetcd.LeaseKeeper(client, got[1].lease_id, 10, None).revoke()
+            await client.revoke_lease(got[1].lease_id)
         finally:
             await client.close()
 

@@ -12,6 +12,7 @@ import pytest
 
 from headwater.dev.etcd_server import EtcdServer
 from headwater.platform import etcd as hetcd
+from headwater.platform.etcd import lease as etcd_lease
 from tests.helpers.wait import async_wait_for
 
 
@@ -111,7 +112,7 @@ def test_lease_keepalive_then_loss_on_expiry(etcd: str) -> None:
             await _wait(lambda: _absent(c, "/test/leased"), 15)
             # a lease revoked elsewhere is reported lost by its keeper
             lease2 = await c.grant_lease(3, on_lost=lambda: lost_calls.append(2))
-            await c._revoke(lease2.id)
+            await c.revoke_lease(lease2.id)
             await asyncio.wait_for(lease2.lost.wait(), 10)
             assert lost_calls == [2]
             await lease2.stop()
@@ -147,7 +148,7 @@ def test_lease_survives_an_event_loop_held_past_its_ttl(etcd: str) -> None:
 def test_lease_given_up_when_the_loop_is_wedged(etcd: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop that has not run for LOOP_STALL_LIMIT_S is taken for wedged: the thread stops
     refreshing, etcd expires the lease and deletes its keys."""
-    monkeypatch.setattr(hetcd, "LOOP_STALL_LIMIT_S", 1.0)
+    monkeypatch.setattr(etcd_lease, "LOOP_STALL_LIMIT_S", 1.0)
 
     async def body() -> None:
         async with await hetcd.Etcd.connect(etcd) as c:

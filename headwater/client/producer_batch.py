@@ -1,0 +1,212 @@
+"""A producer batch: one partition's records, kept as columns until encoded, and its waiters.
+
+:class:`ProducerBatch` keeps *columns* — ``values``, ``keys`` (created lazily, None while every
+key is null), ``headers`` (lazily), timestamps (a single int while all are equal) — and is
+encoded with exactly one :func:`headwater.batch.encode_batch` call when it is drained. It is
+mutable until drained and owned by its :class:`headwater.client.accumulator.Accumulator`
+(appends happen under the accumulator's lock).
+
+Waiters: besides its :class:`headwater.client.record_future.BatchOutcome` (what
+``RecordFuture`` reads), each batch holds ``(start, count, target)`` triples — ``target`` is an
+``asyncio.Future`` for one record (``send``) or a :class:`Group` (a ``send_many`` call that may
+span several batches and partitions). Record ``i`` of a batch acknowledged at base offset ``B``
+has offset ``B + i``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from headwater.batch import Compression, encode_batch
+from headwater.client.record_future import BatchOutcome
+from headwater.client.types import GroupMetadata, PartitionRange, TopicPartition
+
+#: Estimated per-record bytes besides key and value (timestamp delta + two offsets).
+RECORD_OVERHEAD = 12
+#: Estimated batch bytes besides records (the 64-byte header plus padding).
+BATCH_OVERHEAD = 128
+
+Header = tuple[str, bytes | None]
+
+
+class Group:
+    """The future of one ``send_many`` call: resolved when every piece is acknowledged."""
+
+    __slots__ = ("_closed", "future", "pending", "ranges", "topic")
+
+    def __init__(self, topic: str, future: asyncio.Future[GroupMetadata]) -> None:
+        self.topic = topic
+        self.future = future
+        self.pending = 0
+        self.ranges: list[PartitionRange] = []
+        self._closed = False
+
+    def add_piece(self) -> None:
+        self.pending += 1
+
+    def close_adding(self) -> None:
+        """No more pieces will be added; resolve now if all are already done."""
+        self._closed = True
+        self._maybe_done()
+
+    def piece_done(self, rng: PartitionRange) -> None:
+        self.pending -= 1
+        self.ranges.append(rng)
+        self._maybe_done()
+
+    def fail(self, exc: BaseException) -> None:
+        self.pending -= 1
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+    def _maybe_done(self) -> None:
+        if self._closed and self.pending == 0 and not self.future.done():
+            self.future.set_result(GroupMetadata(self.topic, tuple(self.ranges)))
+
+
+class ProducerBatch:
+    """Records of one partition sent together (mutable until drained; owned by the loop)."""
+
+    __slots__ = (
+        "attempts",
+        "base_seq",
+        "count",
+        "created",
+        "done",
+        "encoded",
+        "headers",
+        "keys",
+        "nbytes",
+        "outcome",
+        "reserved",
+        "retry_at",
+        "sealed",
+        "timestamps",
+        "tp",
+        "ts_uniform",
+        "values",
+        "waiters",
+    )
+
+    def __init__(self, tp: TopicPartition, created: float, done: asyncio.Future[None]) -> None:
+        self.tp = tp
+        self.created = created
+        self.values: list[Any] = []
+        self.keys: list[bytes | None] | None = None
+        self.headers: list[Sequence[Header]] | None = None
+        self.ts_uniform: int | None = None
+        self.timestamps: list[int] | None = None
+        self.count = 0
+        self.nbytes = BATCH_OVERHEAD  # estimated encoded size (drives sealing)
+        self.reserved = 0  # buffer memory held by this batch's records
+        self.waiters: list[tuple[int, int, Any]] = []
+        self.sealed = False
+        self.encoded: bytes | None = None
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.done = done
+        self.base_seq = -1  # idempotence: assigned at drain time, kept across retries
+        self.outcome = BatchOutcome(tp, self.timestamp_at)
+
+    def _add_timestamps(self, ts: int, n: int) -> None:
+        if self.timestamps is None:
+            if self.count == 0:
+                self.ts_uniform = ts
+                return
+            if ts == self.ts_uniform:
+                return
+            self.timestamps = [self.ts_uniform or 0] * self.count
+        self.timestamps.extend([ts] * n if n != 1 else (ts,))
+
+    def timestamp_at(self, index: int) -> int:
+        if self.timestamps is not None:
+            return self.timestamps[index]
+        return self.ts_uniform if self.ts_uniform is not None else -1
+
+    def append(
+        self,
+        value: Any,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        ts: int,
+        nbytes: int,
+        target: Any,
+    ) -> None:
+        i = self.count
+        self._add_timestamps(ts, 1)
+        self.values.append(value)
+        if key is not None:
+            if self.keys is None:
+                self.keys = [None] * i
+            self.keys.append(key)
+        elif self.keys is not None:
+            self.keys.append(None)
+        if headers:
+            if self.headers is None:
+                self.headers = [()] * i
+            self.headers.append(headers)
+        elif self.headers is not None:
+            self.headers.append(())
+        self.count = i + 1
+        self.nbytes += nbytes
+        self.reserved += nbytes
+        self.waiters.append((i, 1, target))
+
+    def append_many(
+        self,
+        values: Sequence[Any],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[Header]] | None,
+        ts: int,
+        nbytes: int,
+        target: Any,
+    ) -> None:
+        i, n = self.count, len(values)
+        self._add_timestamps(ts, n)
+        self.values.extend(values)
+        if keys is not None:
+            if self.keys is None:
+                self.keys = [None] * i
+            self.keys.extend(keys)
+        elif self.keys is not None:
+            self.keys.extend([None] * n)
+        if headers is not None:
+            if self.headers is None:
+                self.headers = [()] * i
+            self.headers.extend(headers)
+        elif self.headers is not None:
+            self.headers.extend([()] * n)
+        self.count = i + n
+        self.nbytes += nbytes
+        self.reserved += nbytes
+        self.waiters.append((i, n, target))
+
+    def encode(
+        self, compression: Compression, producer: tuple[int, int, bool] | None = None
+    ) -> bytes:
+        """The batch's bytes (encoded once; retries resend the same bytes).
+
+        ``producer`` = (producer_id, epoch, transactional) for an idempotent producer, with
+        ``base_seq`` already assigned; the header carries them inside the CRC.
+        """
+        if self.encoded is None:
+            ts: Any = self.timestamps if self.timestamps is not None else self.ts_uniform
+            pid, epoch, txn = producer if producer is not None else (-1, -1, False)
+            self.encoded = encode_batch(
+                self.values,
+                self.keys,
+                headers=self.headers,
+                timestamps=ts,
+                compression_type=compression,
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=self.base_seq if producer is not None else -1,
+                transactional=txn,
+            )
+            # the columns are no longer needed; keep what resolving futures reads
+            self.values = []
+            self.keys = None
+            self.headers = None
+        return self.encoded
