@@ -28,7 +28,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,7 +255,7 @@ class BrokerChannels:
         #: set by the controller while active: new links watch their broker's liveness
         self.liveness: Liveness | None = None
 
-    async def sync(self, brokers: dict[int, Broker]) -> None:
+    async def sync(self, brokers: Mapping[int, Broker]) -> None:
         """Open links to new registrations, close links of gone or re-registered brokers."""
         for bid in list(self._links):
             link = self._links[bid]

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from headwater.platform import etcd as hetcd
 from headwater.v1 import metadata_pb2
+from services.controller import cluster_state as cs
 from services.controller import state as st
 
 PartitionKey = tuple[str, int]
@@ -26,7 +27,7 @@ class ControllerContext(Protocol):
     ``state`` and ``epoch`` are ``None`` while this controller is not the active one."""
 
     etcd: hetcd.Etcd
-    state: st.ClusterState | None
+    state: cs.ClusterState | None
     epoch: int | None
     #: live brokers in controlled shutdown (never elected)
     shutting_down: set[int]

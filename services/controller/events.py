@@ -21,20 +21,17 @@ task (:meth:`ControllerLoop.run`), one event at a time (Kafka's controller event
   (``cluster-config-watch``, a task started while active, the broker's
   :class:`~headwater.platform.dynamic_config.BrokerConfig` without a broker id).
 
-Partition leadership (decisions in :mod:`services.controller.leadership`): when a leader's
-broker is gone, a new leader is chosen from the live ISR members (preferred replica first;
-or, with ``unclean.leader.election.enable``, any live replica); with none, leader = -1 and
-the ISR is kept so its last member is elected when it returns. Whether unclean election is
-enabled is the topic's effective ``unclean.leader.election.enable``, resolved like every topic
-setting (:func:`headwater.config.resolve_topic_config`): the topic override, else the
-cluster-wide default (``configs alter --entity-type brokers --entity-default``), else the
-built-in default (false). When that default changes, or a topic override does
-(``topics.alter_topic_configs``), offline partitions are elected again at once. A dead
-follower leaves the ISR. A broker that re-registers with a new epoch (a bounce faster than
-its lease) is handled as gone, then joined. Brokers in controlled shutdown
-(``shutting_down``, until they re-register or vanish) are never elected. Every leader change
-bumps ``leader_epoch``; every change bumps ``partition_epoch``; each write is fenced
-(``state``), batched up to ``state.TXN_CHUNK`` keys per transaction. Brokers are told through
+The state (:mod:`services.controller.cluster_state`) is loaded from etcd on activation and
+on ``Resync``, and changed only through its ``apply`` with typed change records, each applied
+after the etcd write it describes has succeeded (or as the broker watch reports it).
+
+Partition leadership (:mod:`services.controller.partition_leadership`, decisions in
+:mod:`services.controller.leadership`): a broker's loss or return elects again the partitions
+it holds. When the cluster-wide topic defaults change, or a topic override does
+(``topics.alter_topic_configs``), offline partitions are elected again at once (e.g. unclean
+election enabled). A broker that re-registers with a new epoch (a bounce faster than its
+lease) is handled as gone, then joined. Brokers in controlled shutdown (``shutting_down``,
+until they re-register or vanish) are never elected. Brokers are told through
 :mod:`services.controller.requests`: one batched LeaderAndIsr per broker for the changed
 partitions, and an UpdateMetadata snapshot to every broker.
 """
@@ -44,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -54,11 +51,11 @@ from headwater.platform import cluster_layout
 from headwater.platform import etcd as hetcd
 from headwater.platform.dynamic_config import BrokerConfig
 from headwater.v1 import metadata_pb2
+from services.controller import cluster_state as cs
 from services.controller import coordinators, metrics, operations, reassignment
 from services.controller import state as st
 from services.controller.broker_channels import BrokerChannels, Liveness
-from services.controller.leadership import elect
-from services.controller.requests import BrokerRequests
+from services.controller.partition_leadership import PartitionLeadership
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -132,7 +129,7 @@ Event = (
 PartitionKey = tuple[str, int]
 
 
-class ControllerLoop(BrokerRequests):
+class ControllerLoop(PartitionLeadership):
     def __init__(
         self,
         etcd: hetcd.Etcd,
@@ -150,7 +147,7 @@ class ControllerLoop(BrokerRequests):
         self.host = host
         self.port = port
         self.channels = BrokerChannels()
-        self.state: st.ClusterState | None = None
+        self.state: cs.ClusterState | None = None
         self.epoch: int | None = None
         #: Live brokers in controlled shutdown (never elected; cleared on (re)registration).
         self.shutting_down: set[int] = set()
@@ -308,7 +305,7 @@ class ControllerLoop(BrokerRequests):
         self.post(TopicDefaultsChanged(dict(defaults)))
 
     async def _load_and_push(self, epoch: int) -> int:
-        state, revision = await st.load(self.etcd)
+        state, revision = await cs.load(self.etcd)
         await self.cluster_config.load()  # the defaults the elections below resolve with
         self.topic_defaults = hconfig.topic_defaults_of(self.cluster_config.current)
         if not state.cluster_id:
@@ -319,13 +316,15 @@ class ControllerLoop(BrokerRequests):
                 [hetcd.op_get(cluster_layout.CLUSTER_ID_KEY)],
             )
             kvs = result.responses[0] if not result.succeeded else None
-            state.cluster_id = (
-                candidate if result.succeeded else kvs[0].value.decode()  # type: ignore[index]
+            state.apply(
+                cs.ClusterIdSet(
+                    candidate if result.succeeded else kvs[0].value.decode()  # type: ignore[index]
+                )
             )
         self.state = state
         metrics.LIVE_BROKERS.set(len(state.brokers))
         keys = self.all_keys()
-        changed = await self.write(self._reconcile(keys))
+        changed = await self.write(self.reconcile(keys))
         await self.channels.sync(state.brokers)
         for bid in state.brokers:
             self.send_leader_and_isr(self.keys_on(bid), only=bid)
@@ -399,11 +398,11 @@ class ControllerLoop(BrokerRequests):
             await self._broker_gone(broker.broker_id)
         log.info("broker %d registered (epoch %d)", broker.broker_id, broker.epoch)
         self.shutting_down.discard(broker.broker_id)
-        self.state.brokers[broker.broker_id] = broker
+        self.state.apply(cs.BrokerRegistered(broker))
         metrics.LIVE_BROKERS.set(len(self.state.brokers))
         await self.channels.sync(self.state.brokers)
         mine = self.keys_on(broker.broker_id)
-        changed = await self.write(self._reconcile(mine))
+        changed = await self.write(self.reconcile(mine))
         self.send_leader_and_isr(mine, only=broker.broker_id)
         self.send_leader_and_isr(changed, exclude=broker.broker_id)
         self.send_update_metadata()
@@ -412,14 +411,15 @@ class ControllerLoop(BrokerRequests):
     async def _broker_gone(self, broker_id: int) -> None:
         assert self.state is not None
         self.shutting_down.discard(broker_id)
-        if self.state.brokers.pop(broker_id, None) is None:
+        if broker_id not in self.state.brokers:
             return
+        self.state.apply(cs.BrokerUnregistered(broker_id))
         log.info("broker %d gone", broker_id)
         metrics.LIVE_BROKERS.set(len(self.state.brokers))
         await self.channels.sync(self.state.brokers)
         mine = self.keys_on(broker_id)
         led = {k for k in mine if (s := self.state.partitions.get(k)) and s.leader == broker_id}
-        changed = await self.write(self._reconcile(mine))
+        changed = await self.write(self.reconcile(mine))
         # What stops acknowledgements first, each broker's queue in this order: the new
         # leaderships (leaders and their followers), the metadata clients find them in, the
         # shrunk ISRs where the receiver leads (acks=all waits on the ISR), then the rest.
@@ -443,77 +443,6 @@ class ControllerLoop(BrokerRequests):
         log.warning("broker %d (epoch %d) died (connection reset)", broker.broker_id, broker.epoch)
         metrics.BROKER_RESETS.inc()
         await self._broker_gone(broker.broker_id)
-
-    # ---- partition leadership
-
-    def all_keys(self) -> list[PartitionKey]:
-        assert self.state is not None
-        return [(t, p) for t, topic in self.state.topics.items() for p in topic.assignment]
-
-    def keys_on(self, broker_id: int) -> list[PartitionKey]:
-        assert self.state is not None
-        return [
-            (name, p)
-            for name, topic in self.state.topics.items()
-            for p, replicas in topic.assignment.items()
-            if broker_id in replicas
-        ]
-
-    def _reconcile(self, keys: Iterable[PartitionKey]) -> dict[PartitionKey, st.PartitionState]:
-        """New states for partitions whose leadership must change given the live brokers."""
-        assert self.state is not None and self.epoch is not None
-        out: dict[PartitionKey, st.PartitionState] = {}
-        unclean: dict[str, bool] = {}
-        for key in keys:
-            topic = self.state.topics[key[0]]
-            if key[0] not in unclean:
-                unclean[key[0]] = self.unclean_enabled(key[0])
-            new = elect(
-                topic.assignment[key[1]],
-                self.state.partitions.get(key),
-                set(self.state.brokers),
-                self.epoch,
-                unclean=unclean[key[0]],
-                shutting=self.shutting_down,
-            )
-            if new is not None:
-                out[key] = new
-        return out
-
-    def unclean_enabled(self, topic: str) -> bool:
-        """The topic's effective ``unclean.leader.election.enable`` (module doc)."""
-        assert self.state is not None
-        t = self.state.topics.get(topic)
-        if t is None:
-            return False
-        try:
-            config = hconfig.resolve_topic_config(t.configs, self.topic_defaults)
-        except errors.HeadwaterError as exc:  # written by hand: the controller validates
-            log.error("topic %s: invalid configs (%s); unclean election stays off", topic, exc)
-            return False
-        return config.unclean_leader_election_enable
-
-    async def reelect(self, keys: Iterable[PartitionKey]) -> list[PartitionKey]:
-        """Elect again the partitions of ``keys`` whose leader must change under the current
-        brokers and configs (e.g. an offline partition once unclean election is enabled);
-        brokers are told. Returns the keys changed."""
-        changed = await self.write(self._reconcile(keys))
-        if changed:
-            self.send_leader_and_isr(changed)
-            self.send_update_metadata()
-        return changed
-
-    async def write(self, changes: dict[PartitionKey, st.PartitionState]) -> list[PartitionKey]:
-        """Persist changed partition states (fenced CAS transactions of up to
-        ``state.TXN_CHUNK`` keys, any topics) and adopt them; returns the keys written."""
-        assert self.state is not None and self.epoch is not None
-        if not changes:
-            return []
-        written = await st.write_states(self.etcd, self.epoch, changes)
-        for key, s in written.items():
-            metrics.observe_transition(self.state.partitions.get(key), s)
-        self.state.partitions.update(written)
-        return sorted(changes)
 
     async def close(self) -> None:
         self._stopping = True

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from headwater.v1 import controller_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.controller import cluster_state as cs
 from services.controller import metrics
 from services.controller import state as st
 from services.controller.context import ControllerContext
@@ -180,9 +181,9 @@ async def apply_step(loop: ControllerContext, key: PartitionKey, step: Step) -> 
     after, written = await st.write_topic_and_state(
         loop.etcd, loop.epoch, topic, after, key[1], step.state
     )
-    loop.state.topics[key[0]] = after
     metrics.observe_transition(loop.state.partitions.get(key), written)
-    loop.state.partitions[key] = written
+    loop.state.apply(cs.TopicChanged(after))
+    loop.state.apply(cs.PartitionChanged(key[0], key[1], written))
     log.info(
         "%s-%d: replicas %s, adding %s, removing %s, leader %d (epoch %d), isr %s",
         key[0],

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from headwater.v1 import broker_pb2, metadata_pb2
+from services.controller import cluster_state as cs
 from services.controller import state as st
 from services.controller.broker_channels import BrokerChannels
 
@@ -22,7 +23,7 @@ PartitionKey = tuple[str, int]
 
 
 class BrokerRequests:
-    state: st.ClusterState | None
+    state: cs.ClusterState | None
     epoch: int | None
     channels: BrokerChannels
     controller_id: int

@@ -1,4 +1,5 @@
-"""The controller's view of etcd: JSON codecs, loading, and fenced writes.
+"""The controller's view of etcd: JSON codecs of brokers and partition states, and fenced
+writes. (The in-memory state built from these keys: :mod:`services.controller.cluster_state`.)
 
 The keys and their values: :mod:`headwater.platform.cluster_layout` (and docs/architecture.md).
 
@@ -16,15 +17,11 @@ import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from headwater.platform import etcd as hetcd
 from headwater.platform.cluster_layout import (
-    BROKERS_PREFIX,
-    CLUSTER_ID_KEY,
     EPOCH_KEY,
-    PARTITIONS_PREFIX,
-    TOPICS_PREFIX,
     Topic,
     broker_key,
     partition_key,
@@ -124,54 +121,6 @@ class PartitionState:
             adding_replicas=tuple(int(b) for b in d.get("adding_replicas") or ()),
             removing_replicas=tuple(int(b) for b in d.get("removing_replicas") or ()),
         )
-
-
-@dataclass
-class ClusterState:
-    """What the active controller knows. Owned by the controller's event-loop task only."""
-
-    cluster_id: str = ""
-    brokers: dict[int, Broker] = field(default_factory=dict)
-    topics: dict[str, Topic] = field(default_factory=dict)
-    partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
-
-    def partitions_of(self, topic: str) -> list[int]:
-        return sorted(self.topics[topic].assignment) if topic in self.topics else []
-
-
-async def load(etcd: hetcd.Etcd) -> tuple[ClusterState, int]:
-    """Brokers, topics and partition states from etcd; also the revision of the broker
-    snapshot (watch brokers from ``revision + 1``)."""
-    state = ClusterState()
-    got = await etcd.get(CLUSTER_ID_KEY)
-    state.cluster_id = got[0].decode() if got else ""
-    brokers = await etcd.get_prefix(BROKERS_PREFIX)
-    for kv in brokers.items:
-        b = decode_broker(kv.key, kv.value, kv.meta.create_revision)
-        if b is not None:
-            state.brokers[b.broker_id] = b
-    for kv in (await etcd.get_prefix(TOPICS_PREFIX)).items:
-        name = kv.key[len(TOPICS_PREFIX) :]
-        try:
-            state.topics[name] = Topic.decode(name, kv.value, kv.meta.mod_revision)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.error("ignoring malformed topic %s: %r", kv.key, exc)
-    for kv in (await etcd.get_prefix(PARTITIONS_PREFIX)).items:
-        topic, _, p = kv.key[len(PARTITIONS_PREFIX) :].rpartition("/")
-        if topic not in state.topics or not p.isdigit():
-            continue
-        try:
-            state.partitions[(topic, int(p))] = PartitionState.decode(
-                kv.value, kv.meta.mod_revision
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            # never guess a leader from a damaged record: the partition stays offline
-            # (leader -1, empty ISR) until an operator repairs or deletes the key
-            log.error("malformed partition state %s (partition offline): %r", kv.key, exc)
-            state.partitions[(topic, int(p))] = PartitionState(
-                -1, 0, (), 0, 0, mod_revision=kv.meta.mod_revision
-            )
-    return state, brokers.revision
 
 
 def decode_broker(key: str, raw: bytes, epoch: int) -> Broker | None:

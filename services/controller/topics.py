@@ -17,16 +17,21 @@ THROTTLING_QUOTA_EXCEEDED and is not created (deleted, grown); the response's
 ``throttle_time_ms`` says when the next mutation would be admitted.
 
 Writes: the topic key first (the commit point), fenced by the controller epoch and by the key's
-absence (create) or mod revision (update); then the partition states (``state``). Brokers are
-told afterwards through the loop's batched LeaderAndIsr / UpdateMetadata / StopReplica.
+absence (create) or mod revision (update); then the partition states (``state``). Each write,
+once it has succeeded, is applied to the loop's state as its change record
+(:mod:`services.controller.cluster_state`: TopicCreated, TopicChanged, TopicDeleted,
+PartitionChanged). Brokers are told afterwards through the loop's batched LeaderAndIsr /
+UpdateMetadata / StopReplica.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, cast
 
 from headwater import errors
@@ -35,6 +40,7 @@ from headwater.platform import cluster_layout
 from headwater.platform import etcd as hetcd
 from headwater.v1 import controller_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.controller import cluster_state as cs
 from services.controller import placement
 from services.controller import state as st
 from services.controller.events import ControllerLoop
@@ -117,7 +123,7 @@ def _check_rf(rf: int, live: int) -> None:
         )
 
 
-def _collision(name: str, existing: dict[str, cluster_layout.Topic]) -> str | None:
+def _collision(name: str, existing: Mapping[str, cluster_layout.Topic]) -> str | None:
     norm = name.replace(".", "_")
     for other in existing:
         if other != name and other.replace(".", "_") == norm:
@@ -174,7 +180,7 @@ async def create_topics(
             results.append(_result(new.name))
             continue
         topic = cluster_layout.Topic(new.name, uuid.uuid4().hex, assignment, configs)
-        topic.mod_revision = await st.fenced_write(
+        rev = await st.fenced_write(
             loop.etcd,
             loop.epoch,
             [hetcd.cmp_absent(cluster_layout.topic_key(new.name))],
@@ -183,7 +189,8 @@ async def create_topics(
                 hetcd.op_delete_prefix(cluster_layout.partitions_prefix(new.name)),
             ],
         )
-        state.topics[new.name] = topic
+        topic = dataclasses.replace(topic, mod_revision=rev)
+        state.apply(cs.TopicCreated(topic))
         await _init_partitions(loop, topic, sorted(assignment))
         created += [(new.name, p) for p in sorted(assignment)]
         results.append(_result(new.name, topic.topic_id))
@@ -209,7 +216,7 @@ async def _init_partitions(
         {p: s for p, s in states.items() if s is not None},
     )
     for p, s in written.items():
-        loop.state.partitions[(topic.name, p)] = s
+        loop.state.apply(cs.PartitionChanged(topic.name, p, s))
 
 
 async def delete_topics(
@@ -241,10 +248,8 @@ async def delete_topics(
                 hetcd.op_delete_prefix(cluster_layout.partitions_prefix(name)),
             ],
         )
-        del state.topics[name]
-        for p, replicas in topic.assignment.items():
-            state.partitions.pop((name, p), None)
-            stopped.append(((name, p), replicas))
+        state.apply(cs.TopicDeleted(name))
+        stopped += [((name, p), replicas) for p, replicas in topic.assignment.items()]
         results.append(_result(name, topic.topic_id))
     if stopped:
         loop.send_update_metadata()
@@ -287,22 +292,36 @@ async def create_partitions(
             result=_result(request.topic, tid, exc), throttle_time_ms=_throttle(gate)
         )
     if not request.validate_only:
-        updated = cluster_layout.Topic(
-            topic.name, topic.topic_id, {**topic.assignment, **added}, dict(topic.configs)
+        updated = await _replace_topic(
+            loop,
+            topic,
+            cluster_layout.Topic(
+                topic.name, topic.topic_id, {**topic.assignment, **added}, dict(topic.configs)
+            ),
         )
-        updated.mod_revision = await st.fenced_write(
-            loop.etcd,
-            loop.epoch,
-            [hetcd.cmp_mod(cluster_layout.topic_key(topic.name), "==", topic.mod_revision)],
-            [hetcd.op_put(cluster_layout.topic_key(topic.name), updated.encode())],
-        )
-        state.topics[topic.name] = updated
         await _init_partitions(loop, updated, sorted(added))
         loop.send_leader_and_isr([(topic.name, p) for p in sorted(added)])
         loop.send_update_metadata()
     return controller_pb2.CreatePartitionsResponse(
         result=_result(topic.name, topic.topic_id), throttle_time_ms=_throttle(gate)
     )
+
+
+async def _replace_topic(
+    loop: ControllerLoop, before: cluster_layout.Topic, after: cluster_layout.Topic
+) -> cluster_layout.Topic:
+    """Write ``after`` over the topic key (fenced by ``before``'s mod revision) and apply it as
+    TopicChanged; returns it with its new mod revision."""
+    assert loop.state is not None and loop.epoch is not None
+    rev = await st.fenced_write(
+        loop.etcd,
+        loop.epoch,
+        [hetcd.cmp_mod(cluster_layout.topic_key(before.name), "==", before.mod_revision)],
+        [hetcd.op_put(cluster_layout.topic_key(after.name), after.encode())],
+    )
+    after = dataclasses.replace(after, mod_revision=rev)
+    loop.state.apply(cs.TopicChanged(after))
+    return after
 
 
 async def alter_topic_configs(
@@ -327,14 +346,11 @@ async def alter_topic_configs(
         tid = topic.topic_id if topic is not None else ""
         return controller_pb2.AlterTopicConfigsResponse(result=_result(request.topic, tid, exc))
     if not request.validate_only and configs != topic.configs:
-        updated = cluster_layout.Topic(topic.name, topic.topic_id, dict(topic.assignment), configs)
-        updated.mod_revision = await st.fenced_write(
-            loop.etcd,
-            loop.epoch,
-            [hetcd.cmp_mod(cluster_layout.topic_key(topic.name), "==", topic.mod_revision)],
-            [hetcd.op_put(cluster_layout.topic_key(topic.name), updated.encode())],
+        updated = await _replace_topic(
+            loop,
+            topic,
+            cluster_layout.Topic(topic.name, topic.topic_id, dict(topic.assignment), configs),
         )
-        state.topics[topic.name] = updated
         loop.send_update_metadata()
         # e.g. unclean.leader.election.enable turned on: an offline partition gets a leader
         await loop.reelect([(topic.name, p) for p in sorted(updated.assignment)])

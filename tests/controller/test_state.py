@@ -9,6 +9,7 @@ import pytest
 
 from headwater.platform import cluster_layout
 from headwater.platform import etcd as hetcd
+from services.controller import cluster_state as cs
 from services.controller import state as st
 
 
@@ -60,7 +61,7 @@ def test_load_reads_layout_and_ignores_orphan_partitions(etcd: str) -> None:
             await c.put(cluster_layout.partition_key("gone", 0), _fresh(1).encode())
             broker = st.Broker(1, "127.0.0.1", 9, "r1", "", 0)
             rev = await c.put(cluster_layout.broker_key(1), broker.encode())
-            state, revision = await st.load(c)
+            state, revision = await cs.load(c)
             assert revision >= rev
             assert state.brokers == {1: st.Broker(1, "127.0.0.1", 9, "r1", "", rev)}
             assert state.topics["a"].assignment == {0: [1], 1: [1]}
