@@ -24,7 +24,8 @@ PartitionKey = tuple[str, int]
 class ControllerContext(Protocol):
     """The active controller's state and its effects, used only on the event-loop task.
 
-    ``state`` and ``epoch`` are ``None`` while this controller is not the active one."""
+    ``state`` and ``epoch`` are ``None`` while this controller is not the active one; ``state``
+    changes only through ``state.apply`` (after the etcd write it records has succeeded)."""
 
     etcd: hetcd.Etcd
     state: cs.ClusterState | None

@@ -126,7 +126,6 @@ Event = (
     | TopicDefaultsChanged
     | Command
 )
-PartitionKey = tuple[str, int]
 
 
 class ControllerLoop(PartitionLeadership):
