@@ -55,7 +55,6 @@ MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 
 _CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-    ("grpc.initial_reconnect_backoff_ms", min(1000, MAX_RECONNECT_BACKOFF_MS)),
     ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
 )
 
