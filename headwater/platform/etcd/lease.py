@@ -9,8 +9,8 @@ for wedged: the keeper stops refreshing, so the lease expires and another proces
 over what it guarded.
 
 Leases are granted by :meth:`headwater.platform.etcd.Etcd.grant_lease`, which hands the keeper
-its blocking refresh (etcd's ``LeaseKeepAlive`` stream on a synchronous gRPC channel of the
-thread's own) and its revoke call (on the loop).
+its blocking refresh (etcd's ``LeaseKeepAlive`` stream on the client's synchronous gRPC
+channel, which its keepers share) and its revoke call (on the loop).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ class LeaseKeeper:
     """A granted lease plus the keepalive thread that keeps it alive.
 
     The thread (owned by this object, named) refreshes every ``ttl / 3`` seconds, whatever the
-    event loop is doing. Refresh failures are logged and
-    retried after ``RETRY_REFRESH_S``; the lease is declared lost when etcd answers TTL 0 or
-    when no refresh has succeeded for ``ttl`` seconds (by then etcd has expired it). The loss
-    is reported on the loop. While the loop has not run for ``LOOP_STALL_LIMIT_S`` seconds the
-    thread does not refresh (a wedged process gives its lease up).
+    event loop is doing. Refresh failures are logged and retried after ``RETRY_REFRESH_S``;
+    the lease is declared lost when etcd answers TTL 0 or when no refresh has succeeded for
+    ``ttl`` seconds (by then etcd has expired it). The loss is reported on the loop. While the
+    loop has not run for ``LOOP_STALL_LIMIT_S`` seconds the thread does not refresh (a wedged
+    process gives its lease up).
 
     ``refresh(lease_id, timeout)`` is the blocking keepalive round trip, run in the thread:
     it returns the lease's remaining TTL (0: the lease is gone) or raises (any exception: the
