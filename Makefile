@@ -15,7 +15,8 @@
 #                [tool.importlinter], docs/architecture.md "Layers"), and buf lint + buf breaking
 #                on proto/ (scripts/tools/buf.sh: buf.yaml's rules; breaking against main before
 #                this commit, or the branch's merge base; buf built once from the Go proxy)
-#   make proto   regenerate headwater/v1/ from proto/
+#   make proto   regenerate headwater/v1/ from proto/, and the etcd client's stubs
+#                (headwater/platform/etcd/etcdserverpb/) from the rpc.proto there
 #   make fuzz    a longer fuzzing campaign of the batch decoder (not part of CI)
 #   make fuzz-long  the hostile-input suite at a larger scale, then a fuzzing campaign of every
 #                RPC handler, on a dedicated memory-capped local cluster (FUZZ_SECONDS,

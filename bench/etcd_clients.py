@@ -1,9 +1,9 @@
-"""etcd client comparison (issue 18 item 6): Headwater's threaded wrapper vs aetcd vs grpc.aio.
+"""etcd client comparison (issue 18 item 6): Headwater's etcd client vs aetcd vs bare grpc.aio.
 
 One run starts one real etcd on 127.0.0.1 (ports picked at run time, ``--unsafe-no-fsync`` so
 the clients, not the disk, are what differs; stopped by PID at the end) and measures, for each
-client, in a subprocess of its own (the three bundle separately generated copies of etcd's
-``rpc.proto``, which cannot share one protobuf descriptor pool):
+client, in a subprocess of its own (aetcd bundles its own generated copy of etcd's
+``rpc.proto``, which cannot share one protobuf descriptor pool with Headwater's):
 
 * ``put``, ``get``, ``txn`` (a conditioned transaction: ``mod_revision(key) == last`` -> put),
   at concurrency 1 and 32 (that many tasks on one client, each on a key of its own): ops/s and
@@ -12,11 +12,13 @@ client, in a subprocess of its own (the three bundle separately generated copies
   after another; events/s delivered (all watches) and p50/p99 from a put's send to an event's
   arrival.
 
-Clients: ``wrapper`` = :class:`headwater.platform.etcd.Etcd` (pyetcd on a thread pool of 4, watch
-events handed over with ``call_soon_threadsafe``); ``aetcd`` = the asyncio client from PyPI
-(grpc.aio inside); ``grpcaio`` = grpc.aio stubs over etcd's v3 API, the generated
-``rpc_pb2``/``rpc_pb2_grpc`` modules that etcd-sdk-python ships (generated from etcd's
-``api/etcdserverpb/rpc.proto``), with no client library around them.
+Clients: ``wrapper`` = :class:`headwater.platform.etcd.Etcd`, Headwater's client (since issue 18
+item 6 grpc.aio stubs of etcd's v3 API on the loop; before it, pyetcd on a thread pool of 4
+with watch events handed over by ``call_soon_threadsafe`` — measure that one from a checkout
+of the commit before the switch); ``aetcd`` = the asyncio client from PyPI (grpc.aio inside);
+``grpcaio`` = the same generated stubs Headwater's client uses
+(:mod:`headwater.platform.etcd.etcdserverpb`) on a bare grpc.aio channel, with no client
+around them: the floor of what a client over grpc.aio costs.
 
 Run: ``nice -n 15 .venv/bin/python bench/etcd_clients.py [--ops 1000] [--events 500]``
 (needs ``pip install aetcd``). Prints a Markdown table (docs/benchmarks.md).
@@ -129,7 +131,8 @@ class Aetcd(Client):
 class GrpcAio(Client):
     async def open(self, endpoint: str) -> None:
         import grpc
-        from pyetcd.etcdrpc import rpc_pb2, rpc_pb2_grpc
+
+        from headwater.platform.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
         self.pb = rpc_pb2
         self.channel = grpc.aio.insecure_channel(endpoint)

@@ -13,7 +13,7 @@ Layers (docs/architecture.md "Layers", enforced by ``lint-imports`` in ``make li
 platform builds on the client-safe core (``headwater.client``, ``headwater.batch``,
 ``headwater.errors``, ``headwater.config``, ``headwater.v1``, ...) and never imports a
 service; the services build on both and never on each other. The core never imports the
-platform, and the platform's third-party dependencies (etcd-sdk-python, prometheus-client,
-cryptography, grpcio-health-checking, grpcio-reflection) are installed by the ``server``
-extra only.
+platform, and the platform's third-party dependencies (prometheus-client, cryptography,
+grpcio-health-checking, grpcio-reflection) are installed by the ``server`` extra only (the etcd
+client, :mod:`.etcd`, needs only grpcio and protobuf).
 """

@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-SERVER_ONLY = ["pyetcd", "prometheus_client", "cryptography", "grpc_health", "grpc_reflection"]
+SERVER_ONLY = ["prometheus_client", "cryptography", "grpc_health", "grpc_reflection"]
 
 
 def server_platform_importable() -> str:

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 APP = Path(__file__).with_name("client_app.py")
 SOURCES = ["pyproject.toml", "README.md", "headwater", "services", "spark", "operator", "proto"]
 #: the import names of the `server` extra's distributions (pyproject.toml)
-SERVER_ONLY = ["pyetcd", "prometheus_client", "cryptography", "grpc_health", "grpc_reflection"]
+SERVER_ONLY = ["prometheus_client", "cryptography", "grpc_health", "grpc_reflection"]
 COUNT = 500
 
 
@@ -130,7 +130,7 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     )
     reqs = _default_requirements(wheel)
     names = {canonicalize_name(r.name) for r in reqs}
-    assert {"etcd-sdk-python", "prometheus-client", "cryptography"}.isdisjoint(names), names
+    assert {"prometheus-client", "cryptography"}.isdisjoint(names), names
     _link_distributions(_closure(reqs), site)
     _pip("--python", python, "install", "--no-deps", "--no-index", wheel)
     _pip("--python", python, "check")  # every requirement of every installed distribution met

@@ -1,29 +1,30 @@
-"""The one adapter around pyetcd: an asyncio facade over the blocking etcd v3 client.
+"""Headwater's etcd client: asyncio over grpc.aio stubs of etcd's v3 API.
 
-Nothing else in Headwater imports ``pyetcd``. Callers use :class:`Etcd` and the small builder
+Nothing else in Headwater speaks to etcd. Callers use :class:`Etcd` and the small builder
 helpers (``cmp_*`` comparisons and ``op_*`` operations for :meth:`Etcd.txn`), all importable
 from this package. By concern:
 
-* :mod:`~headwater.platform.etcd.client` — :class:`Etcd`: connecting, key/value and
-  transaction calls, granting leases and starting watches. Every blocking pyetcd call runs in
-  the adapter's own ``ThreadPoolExecutor`` (never on the event loop, never in the loop's
-  default executor, so a slow etcd cannot starve ``asyncio.to_thread`` users such as storage
-  I/O).
+* :mod:`~headwater.platform.etcd.client` — :class:`Etcd`: connecting (TLS, client
+  certificates), key/value and transaction calls, granting leases and starting watches. Every
+  call is a grpc.aio call on the client's one channel, on the event loop that connected, with
+  a gRPC deadline.
 * :mod:`~headwater.platform.etcd.kv` — the value types returned (:class:`KeyMeta`,
-  :class:`KeyValue`, :class:`PrefixSnapshot`, :class:`TxnResult`) and the transaction builders.
+  :class:`KeyValue`, :class:`PrefixSnapshot`, :class:`TxnResult`), the transaction builders,
+  and their translation to and from etcd's messages.
 * :mod:`~headwater.platform.etcd.lease` — :class:`LeaseKeeper`: one named keepalive thread per
   lease (not a task on the loop: a handler holding the loop for a while must not cost the
   process its lease); the loss is reported once, on the loop. A loop that has not run for
   ``LOOP_STALL_LIMIT_S`` is taken for wedged: the keeper stops refreshing, so the lease expires
   and another process can take over what it guarded.
-* :mod:`~headwater.platform.etcd.watch` — :class:`Watch`: events from pyetcd's watch thread,
-  handed to the loop with ``loop.call_soon_threadsafe``, consumed by one async iterator.
+* :mod:`~headwater.platform.etcd.watch` — :class:`Watch`: one etcd Watch stream per watch, read
+  on the loop, consumed by one async iterator.
 * :mod:`~headwater.platform.etcd.errors` — :class:`EtcdError` and its subclasses.
+* :mod:`~headwater.platform.etcd.etcdserverpb` — the generated stubs (``make proto``).
 
 Keys are ``str``; values are returned as ``bytes`` (``put`` accepts ``str`` or ``bytes``).
-Every pyetcd/gRPC failure surfaces as :class:`EtcdError` (or a subclass) with the original
-exception chained as ``__cause__``. A failed call never puts etcd aside: the next call tries
-it again (an outage ends for every client as soon as etcd answers again).
+Every gRPC failure surfaces as :class:`EtcdError` (or a subclass) with the original exception
+chained as ``__cause__``. A failed call never puts etcd aside: the next call tries it again
+(an outage ends for every client as soon as etcd answers again and the channel reconnected).
 """
 
 from headwater.platform.etcd.client import DEFAULT_RPC_TIMEOUT, Etcd

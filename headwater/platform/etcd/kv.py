@@ -1,6 +1,7 @@
-"""Keys, values and transactions: the value types the adapter returns, the builders of
+"""Keys, values and transactions: the value types the client returns, the builders of
 :meth:`headwater.platform.etcd.Etcd.txn`'s comparisons (``cmp_*``) and operations (``op_*``),
-and their translation into pyetcd's objects.
+and their translation to and from etcd's v3 API messages
+(:mod:`headwater.platform.etcd.etcdserverpb`).
 
 Keys are ``str``; values are returned as ``bytes`` (``put`` and ``op_put`` accept ``str`` or
 ``bytes``).
@@ -8,9 +9,11 @@ Keys are ``str``; values are returned as ``bytes`` (``put`` and ``op_put`` accep
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from headwater.platform.etcd.etcdserverpb import rpc_pb2 as pb
 from headwater.platform.etcd.lease import LeaseKeeper, lease_id_of
 
 # --------------------------------------------------------------------------- value types
@@ -127,10 +130,12 @@ def op_get_prefix(prefix: str) -> Op:
     return Op("get_prefix", prefix)
 
 
-# --------------------------------------------------------------------------- to and from pyetcd
+# ------------------------------------------------------------- to and from etcd's messages
 
 
-def _prefix_end(prefix: str) -> bytes:
+def prefix_end(prefix: str) -> bytes:
+    """etcd's ``range_end`` for every key starting with ``prefix`` (the prefix with its last
+    byte below 0xff incremented; ``b"\\0"``, every key, when there is none)."""
     s = bytearray(prefix.encode())
     for i in reversed(range(len(s))):
         if s[i] < 0xFF:
@@ -139,38 +144,87 @@ def _prefix_end(prefix: str) -> bytes:
     return b"\0"
 
 
-def to_pyetcd_compare(client: Any, c: Compare) -> Any:
-    t = client.transactions
-    builder = {"value": t.value, "version": t.version, "mod": t.mod, "create": t.create}
-    target = builder[c.target](c.key)
-    operand = c.operand
-    if c.op == "==":
-        return target == operand
-    if c.op == "!=":
-        return target != operand
-    if c.op == "<":
-        return target < operand
-    return target > operand
+_RESULTS = {
+    "==": pb.Compare.EQUAL,
+    "!=": pb.Compare.NOT_EQUAL,
+    "<": pb.Compare.LESS,
+    ">": pb.Compare.GREATER,
+}
 
 
-def to_pyetcd_op(client: Any, o: Op) -> Any:
-    t = client.transactions
+def to_pb_compare(c: Compare) -> pb.Compare:
+    """``c`` as etcd's ``Compare`` message."""
+    key = c.key.encode()
+    result = _RESULTS[c.op]
+    if c.target == "value":
+        operand = c.operand
+        value = operand.encode() if isinstance(operand, str) else bytes(operand)
+        return pb.Compare(key=key, result=result, target=pb.Compare.VALUE, value=value)
+    number = int(c.operand)
+    if c.target == "version":
+        return pb.Compare(key=key, result=result, target=pb.Compare.VERSION, version=number)
+    if c.target == "mod":
+        return pb.Compare(key=key, result=result, target=pb.Compare.MOD, mod_revision=number)
+    return pb.Compare(key=key, result=result, target=pb.Compare.CREATE, create_revision=number)
+
+
+def range_request(key: str, *, prefix: bool) -> pb.RangeRequest:
+    """A read of ``key``, or of every key under it (sorted by key) with ``prefix``."""
+    if not prefix:
+        return pb.RangeRequest(key=key.encode())
+    return pb.RangeRequest(
+        key=key.encode(),
+        range_end=prefix_end(key),
+        sort_order=pb.RangeRequest.ASCEND,
+        sort_target=pb.RangeRequest.KEY,
+    )
+
+
+def delete_request(key: str, *, prefix: bool) -> pb.DeleteRangeRequest:
+    """A delete of ``key``, or of every key under it with ``prefix``."""
+    end = prefix_end(key) if prefix else b""
+    return pb.DeleteRangeRequest(key=key.encode(), range_end=end)
+
+
+def to_pb_op(o: Op) -> pb.RequestOp:
+    """``o`` as etcd's ``RequestOp`` message."""
     if o.kind == "put":
-        return t.put(o.key, o.value, lease=o.lease_id)
-    if o.kind == "delete":
-        return t.delete(o.key)
-    if o.kind == "delete_prefix":
-        return t.delete(o.key, range_end=_prefix_end(o.key))
-    if o.kind == "get":
-        return t.get(o.key)
-    return t.get(o.key, range_end=_prefix_end(o.key))
+        put = pb.PutRequest(key=o.key.encode(), value=o.value, lease=o.lease_id or 0)
+        return pb.RequestOp(request_put=put)
+    if o.kind in ("delete", "delete_prefix"):
+        delete = delete_request(o.key, prefix=o.kind == "delete_prefix")
+        return pb.RequestOp(request_delete_range=delete)
+    return pb.RequestOp(request_range=range_request(o.key, prefix=o.kind == "get_prefix"))
 
 
-def key_meta(kv: Any) -> KeyMeta:
-    """The :class:`KeyMeta` of a pyetcd key-value."""
+def key_meta(kv: pb.KeyValue) -> KeyMeta:
+    """The :class:`KeyMeta` of etcd's ``KeyValue``."""
     return KeyMeta(
         create_revision=int(kv.create_revision),
         mod_revision=int(kv.mod_revision),
         version=int(kv.version),
-        lease_id=int(getattr(kv, "lease", 0) or getattr(kv, "lease_id", 0) or 0),
+        lease_id=int(kv.lease),
     )
+
+
+def key_values(kvs: Iterable[pb.KeyValue]) -> list[KeyValue]:
+    """etcd's ``KeyValue`` messages as :class:`KeyValue` (in their order)."""
+    return [KeyValue(kv.key.decode(), bytes(kv.value), key_meta(kv)) for kv in kvs]
+
+
+def txn_result(resp: pb.TxnResponse) -> TxnResult:
+    """etcd's ``TxnResponse`` as a :class:`TxnResult`."""
+    out: list[list[KeyValue] | int | None] = []
+    wrote = False
+    for r in resp.responses:
+        kind = r.WhichOneof("response")
+        if kind == "response_range":
+            out.append(key_values(r.response_range.kvs))
+        elif kind == "response_delete_range":
+            wrote = True
+            out.append(int(r.response_delete_range.deleted))
+        else:
+            wrote = wrote or kind == "response_put"
+            out.append(None)
+    # every write of one transaction lands at one revision: the store's after it
+    return TxnResult(bool(resp.succeeded), int(resp.header.revision) if wrote else 0, out)

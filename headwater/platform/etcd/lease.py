@@ -1,26 +1,26 @@
 """Leases: :class:`LeaseKeeper`, a granted lease and the keepalive thread that keeps it alive.
 
 A LeaseKeeper owns one named keepalive thread (not a task on the loop: a handler holding the
-loop for a while must not cost the process its lease); the lease's loss (refresh answered with
-TTL 0, or no successful refresh for a whole TTL) is reported once, on the loop, through the
-``lost`` event and the optional ``on_lost`` callback. A loop that has not run for
-:data:`LOOP_STALL_LIMIT_S` is taken for wedged: the keeper stops refreshing, so the lease
-expires and another process can take over what it guarded.
+loop for a while must not cost the process its lease — the one part of the etcd client that
+is not on the event loop); the lease's loss (refresh answered with TTL 0, or no successful
+refresh for a whole TTL) is reported once, on the loop, through the ``lost`` event and the
+optional ``on_lost`` callback. A loop that has not run for :data:`LOOP_STALL_LIMIT_S` is taken
+for wedged: the keeper stops refreshing, so the lease expires and another process can take
+over what it guarded.
 
 Leases are granted by :meth:`headwater.platform.etcd.Etcd.grant_lease`, which hands the keeper
-the adapter's executor and its pyetcd refresh and revoke calls.
+its blocking refresh (etcd's ``LeaseKeepAlive`` stream on the client's synchronous gRPC
+channel, which its keepers share) and its revoke call (on the loop).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from headwater.platform.etcd.errors import EtcdError, wrap
 
@@ -35,15 +35,17 @@ LOOP_STALL_LIMIT_S = 30.0
 class LeaseKeeper:
     """A granted lease plus the keepalive thread that keeps it alive.
 
-    The thread (owned by this object, named) refreshes every ``ttl / 3`` seconds, through the
-    adapter's executor, whatever the event loop is doing. Refresh failures are logged and
-    retried after ``RETRY_REFRESH_S``; the lease is declared lost when etcd answers TTL 0 or
-    when no refresh has succeeded for ``ttl`` seconds (by then etcd has expired it). The loss
-    is reported on the loop. While the loop has not run for ``LOOP_STALL_LIMIT_S`` seconds the
-    thread does not refresh (a wedged process gives its lease up).
+    The thread (owned by this object, named) refreshes every ``ttl / 3`` seconds, whatever the
+    event loop is doing. Refresh failures are logged and retried after ``RETRY_REFRESH_S``;
+    the lease is declared lost when etcd answers TTL 0 or when no refresh has succeeded for
+    ``ttl`` seconds (by then etcd has expired it). The loss is reported on the loop. While the
+    loop has not run for ``LOOP_STALL_LIMIT_S`` seconds the thread does not refresh (a wedged
+    process gives its lease up).
 
-    ``refresh(lease_id)`` is pyetcd's blocking keepalive call (its responses carry ``TTL``),
-    run in ``executor``; ``revoke(lease_id)`` revokes on the loop.
+    ``refresh(lease_id, timeout)`` is the blocking keepalive round trip, run in the thread:
+    it returns the lease's remaining TTL (0: the lease is gone) or raises (any exception: the
+    refresh failed; it must give up after ``timeout`` seconds). ``revoke(lease_id)`` revokes
+    on the loop.
     """
 
     def __init__(
@@ -52,15 +54,13 @@ class LeaseKeeper:
         ttl: int,
         on_lost: Callable[[], None] | None,
         *,
-        executor: concurrent.futures.Executor,
-        refresh: Callable[[int], Iterable[Any]],
+        refresh: Callable[[int, float], int],
         revoke: Callable[[int], Awaitable[None]],
     ) -> None:
         self.id = lease_id
         self.ttl = ttl
         self.lost = asyncio.Event()
         self._on_lost = on_lost
-        self._executor = executor
         self._refresh_call = refresh
         self._revoke_call = revoke
         self._thread: threading.Thread | None = None
@@ -103,17 +103,8 @@ class LeaseKeeper:
 
     def _refresh(self, timeout: float) -> int:
         """One keepalive round trip from the thread; the remaining TTL (0: lease gone)."""
-
-        def run() -> int:
-            responses = list(self._refresh_call(self.id))
-            return int(responses[-1].TTL) if responses else 0
-
         try:
-            return self._executor.submit(run).result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise EtcdError(f"lease refresh timed out after {timeout:.1f} s") from None
-        except RuntimeError as exc:  # executor shut down: the client is closed
-            raise EtcdError("etcd client is closed") from exc
+            return int(self._refresh_call(self.id, timeout))
         except Exception as exc:
             raise wrap(exc) from exc
 

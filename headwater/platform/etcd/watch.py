@@ -1,19 +1,24 @@
 """Watches: :class:`Watch`, the async iterator of one prefix's changes.
 
-Watches are served by pyetcd's watch thread; each event is handed to the loop with
-``loop.call_soon_threadsafe`` and consumed by exactly one async iterator. Started by
-:meth:`headwater.platform.etcd.Etcd.watch_prefix`.
+Each watch is one etcd ``Watch`` stream (a grpc.aio call on the client's channel, on the event
+loop), read by a task the watch owns into an unbounded queue and consumed by exactly one async
+iterator. Started by :meth:`headwater.platform.etcd.Etcd.watch_prefix`, which has read the
+stream's "created" answer before it returns the watch.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from headwater.platform.etcd.errors import EtcdError, EtcdWatchError
+import grpc
+
+from headwater.platform.etcd.errors import EtcdWatchError, wrap
+from headwater.platform.etcd.etcdserverpb import rpc_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -28,35 +33,60 @@ class WatchEvent:
 class Watch:
     """Async iterator of :class:`WatchEvent` for one prefix.
 
-    Events arrive from pyetcd's watch thread via ``call_soon_threadsafe`` into an unbounded
-    queue (metadata changes are few and small). When the watch stream fails, iteration raises
-    :class:`EtcdWatchError`; after :meth:`cancel` iteration stops. ``cancel_watch(watch_id)``
-    is the adapter's call that ends the watch in etcd.
+    Events arrive in etcd's order into an unbounded queue (metadata changes are few and
+    small). When the stream ends for any reason other than :meth:`cancel` — broken
+    connection, etcd restarted, the client closed, or etcd cancelling the watch because the
+    revision it needs was compacted (:attr:`EtcdWatchError.compact_revision`) — iteration
+    raises :class:`EtcdWatchError` after the events that came before; the caller re-reads and
+    watches again. After :meth:`cancel` iteration stops (StopAsyncIteration).
     """
 
     _END = object()
 
-    def __init__(self, prefix: str, cancel_watch: Callable[[Any], Awaitable[None]]) -> None:
+    def __init__(self, prefix: str, call: Any) -> None:
+        """``call``: the Watch stream, its "created" answer already read."""
         self.prefix = prefix
-        self._cancel_watch = cancel_watch
-        self._loop = asyncio.get_running_loop()
+        self._call = call
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._watch_id: Any = None
         self._done = False
+        self._reader = asyncio.get_running_loop().create_task(
+            self._read(), name=f"etcd-watch {prefix}"
+        )
 
-    def on_response(self, response: Any) -> None:
-        """pyetcd's watch callback; runs on pyetcd's watch thread."""
-        if response is None or isinstance(response, BaseException):
-            # pyetcd reports the end of the watch stream as an exception, or None when the
-            # stream closed without one (client closing)
-            err = EtcdWatchError(f"watch on {self.prefix!r} ended: {response!r}")
-            err.__cause__ = response
-            items: Iterable[Any] = [err]
-        else:
-            items = [_event(e) for e in response.events]
-        for item in items:
-            with contextlib.suppress(RuntimeError):  # loop already closed
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+    async def _read(self) -> None:
+        """The stream's answers into the queue; its end as an EtcdWatchError."""
+        try:
+            while (resp := await self._call.read()) is not grpc.aio.EOF:
+                for e in resp.events:
+                    self._queue.put_nowait(_event(e))
+                if resp.compact_revision:
+                    raise EtcdWatchError(
+                        f"watch on {self.prefix!r} ended: revision compacted"
+                        f" (etcd compacted up to {resp.compact_revision})",
+                        compact_revision=int(resp.compact_revision),
+                    )
+                if resp.canceled:
+                    raise EtcdWatchError(
+                        f"watch on {self.prefix!r} cancelled by etcd: {resp.cancel_reason}"
+                    )
+            raise EtcdWatchError(f"watch on {self.prefix!r} ended: etcd closed the stream")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # cancel(): the watch's own end
+            # grpc.aio raises CancelledError for a call cancelled under it (channel closed)
+            self._fail(EtcdWatchError(f"watch on {self.prefix!r} ended: stream cancelled"))
+        except EtcdWatchError as exc:
+            self._fail(exc)
+        except Exception as exc:
+            err = EtcdWatchError(f"watch on {self.prefix!r} ended: {wrap(exc)}")
+            err.__cause__ = exc
+            self._fail(err)
+
+    def _fail(self, err: EtcdWatchError) -> None:
+        log.info("%s", err)
+        self._call.cancel()
+        self._queue.put_nowait(err)
 
     def __aiter__(self) -> Watch:
         return self
@@ -74,10 +104,12 @@ class Watch:
         return item
 
     async def cancel(self) -> None:
-        if self._watch_id is not None:
-            with contextlib.suppress(EtcdError):
-                await self._cancel_watch(self._watch_id)
-        self._watch_id = None
+        """End the watch (its stream is cancelled, so etcd drops it); iteration then stops.
+        Idempotent."""
+        self._call.cancel()
+        if not self._reader.done():
+            self._reader.cancel()
+            await asyncio.wait({self._reader})
         self._queue.put_nowait(Watch._END)
 
     async def __aenter__(self) -> Watch:
@@ -87,12 +119,10 @@ class Watch:
         await self.cancel()
 
 
-def _event(e: Any) -> WatchEvent:
-    kind: Literal["put", "delete"] = "delete" if type(e).__name__ == "DeleteEvent" else "put"
+def _event(e: pb.Event) -> WatchEvent:
+    if e.type == pb.Event.DELETE:
+        return WatchEvent("delete", e.kv.key.decode(), b"", int(e.kv.mod_revision), 0)
+    kv = e.kv
     return WatchEvent(
-        kind=kind,
-        key=e.key.decode(),
-        value=b"" if kind == "delete" else bytes(e.value),
-        mod_revision=int(e.mod_revision),
-        create_revision=0 if kind == "delete" else int(e.create_revision),
+        "put", kv.key.decode(), bytes(kv.value), int(kv.mod_revision), int(kv.create_revision)
     )
