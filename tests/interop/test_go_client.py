@@ -1,7 +1,8 @@
 """The Go client (clients/go, its own Go module): its generated code is what scripts/gen_go.sh
-makes from proto/, and its `go test` passes against a real local cluster started here (two
-brokers, so produce and fetch are routed to different leaders); then the Python client reads
-what Go produced and finds every record once, on the partition the shared partitioner names.
+makes from proto/, it is gofmt-formatted and `go vet` clean, and its `go test` passes against a
+real local cluster started here (two brokers, so produce and fetch are routed to different
+leaders); then the Python client reads what Go produced and finds every record once, on the
+partition the shared partitioner names.
 
 `go test` builds with Go's content-addressed build cache (GOCACHE) and the module cache
 (GOMODCACHE): a cold build of the client and grpc-go took about 2 min wall (45 s CPU) on two
@@ -72,6 +73,19 @@ def test_go_client_against_a_cluster_and_python_reads_what_go_wrote(
         GOFLAGS="-mod=readonly",
         CGO_ENABLED="0",
     )
+    gofmt = subprocess.run(
+        [str(Path(_go()).with_name("gofmt")), "-l", "."],
+        cwd=GO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert gofmt.stdout == "", f"not gofmt-formatted: {gofmt.stdout}"
+    vet = subprocess.run(
+        [_go(), "vet", "./..."], cwd=GO_DIR, env=env, capture_output=True, text=True, timeout=1200
+    )
+    assert vet.returncode == 0, f"go vet:\n{vet.stderr[-3000:]}"
     proc = subprocess.run(
         [_go(), "test", "-count=1", "-v", "./..."],
         cwd=GO_DIR,
