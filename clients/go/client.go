@@ -172,24 +172,23 @@ func topicOf(meta *pb.MetadataResponse, topic string) *pb.TopicMetadata {
 	return nil
 }
 
-// partitionCount is the number of partitions of topic (refreshing the metadata once when the
-// topic is not known yet); UNKNOWN_TOPIC_OR_PARTITION when it does not exist.
+// partitionCount is the number of partitions of topic; a topic missing from the metadata is
+// looked up again (retry: a topic just created reaches the brokers' metadata shortly after),
+// then UNKNOWN_TOPIC_OR_PARTITION.
 func (c *Client) partitionCount(ctx context.Context, topic string) (int, error) {
-	t := topicOf(c.metadata(), topic)
-	if t == nil {
-		meta, err := c.RefreshMetadata(ctx)
-		if err != nil {
-			return 0, err
+	var n int
+	err := c.retry(ctx, func() error {
+		t := topicOf(c.metadata(), topic)
+		if t == nil || len(t.GetPartitions()) == 0 {
+			return &Error{
+				Code:    pb.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION,
+				Message: fmt.Sprintf("topic %q does not exist", topic),
+			}
 		}
-		t = topicOf(meta, topic)
-	}
-	if t == nil || len(t.GetPartitions()) == 0 {
-		return 0, &Error{
-			Code:    pb.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION,
-			Message: fmt.Sprintf("topic %q does not exist", topic),
-		}
-	}
-	return len(t.GetPartitions()), nil
+		n = len(t.GetPartitions())
+		return nil
+	})
+	return n, err
 }
 
 // leader is a Broker stub for the leader of topic/partition as the last metadata has it.

@@ -3,6 +3,7 @@ package headwater
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -243,5 +244,35 @@ func TestUnknownTopicIsATypedError(t *testing.T) {
 	_, err := c.NewProducer(ProducerOptions{}).Send(ctx, "go-no-such-topic", Record{Value: []byte("x")})
 	if !IsCode(err, pb.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION) {
 		t.Fatalf("producing to a missing topic: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
+	}
+}
+
+func TestPollEndsWithItsContextAndResumes(t *testing.T) {
+	c, ctx := dial(t)
+	name := fmt.Sprintf("go-poll-%d", time.Now().UnixNano())
+	createTopic(t, ctx, c, name, 1)
+	pc, err := c.ConsumePartition(ctx, name, 0, OffsetLatest, ConsumerOptions{MaxWait: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	// nothing to read: the long poll would last 20 s, the call's context ends it first
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	msgs, err := pc.Poll(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 {
+		t.Fatalf("Poll under an ended context: %v, %d messages; want DeadlineExceeded", err, len(msgs))
+	}
+	if _, err := c.NewProducer(ProducerOptions{}).SendTo(ctx, name, 0, Record{Value: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	// the next Poll opens a new stream at the same position and gets the record
+	for len(msgs) == 0 {
+		if msgs, err = pc.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if msgs[0].Offset != 0 || string(msgs[0].Value) != "after" || pc.Position() != 1 {
+		t.Fatalf("after resuming: %+v, position %d", msgs, pc.Position())
 	}
 }

@@ -152,8 +152,10 @@ func (pc *PartitionConsumer) Poll(ctx context.Context) ([]Message, error) {
 				return err
 			}
 		}
+		// a cancelled ctx ends the blocked Recv through the stream's own context (the cancel
+		// func is safe to call from another goroutine; the fields are only touched here)
 		stream := pc.stream
-		stop := context.AfterFunc(ctx, pc.closeStream)
+		stop := context.AfterFunc(ctx, pc.cancel)
 		resp, err := stream.Recv()
 		stop()
 		if err != nil {
