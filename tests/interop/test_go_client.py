@@ -2,7 +2,9 @@
 makes from proto/, it is gofmt-formatted and `go vet` clean, and its `go test` passes against a
 real local cluster started here (two brokers, so produce and fetch are routed to different
 leaders); then the Python client reads what Go produced and finds every record once, on the
-partition the shared partitioner names.
+partition the shared partitioner names; last, a Go test SIGKILLs (by PID) the leader of a
+partition under the Go producer and partition consumer: every send succeeds, the consumer
+carries on at the new leader, and the log holds every record once, in order.
 
 `go test` builds with Go's content-addressed build cache (GOCACHE) and the module cache
 (GOMODCACHE): the test binary of the client and grpc-go built with an empty GOCACHE in 258 s
@@ -31,6 +33,8 @@ GEN = GO_DIR / "gen" / "headwater" / "v1"
 #: rounds on 3 partitions, then one record with a null key and one with a null value
 RECORDS_TOPIC = "go-client-records"
 KEYED = 60
+#: clients/go/failover_test.go: kills the leader broker of its topic, so it runs last, alone
+FAILOVER = "TestFailoverKillsTheLeaderUnderAProducerAndAConsumer"
 
 
 def _go() -> str:
@@ -86,16 +90,8 @@ def test_go_client_against_a_cluster_and_python_reads_what_go_wrote(
         [_go(), "vet", "./..."], cwd=GO_DIR, env=env, capture_output=True, text=True, timeout=1200
     )
     assert vet.returncode == 0, f"go vet:\n{vet.stderr[-3000:]}"
-    proc = subprocess.run(
-        [_go(), "test", "-count=1", "-v", "./..."],
-        cwd=GO_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert proc.returncode == 0, f"go test failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
-    passed = {line.split()[2] for line in proc.stdout.splitlines() if line.startswith("--- PASS")}
+    # every test but the one that kills a broker, which runs last (below)
+    passed = _go_test(env, "-skip", FAILOVER)
     assert {
         "TestPartitionerMatchesTheSharedVectors",
         "TestAdminCreatesListsAndDescribesTopics",
@@ -103,7 +99,7 @@ def test_go_client_against_a_cluster_and_python_reads_what_go_wrote(
         "TestRetriedProduceIsStoredOnce",
         "TestUnknownTopicIsATypedError",
         "TestPollEndsWithItsContextAndResumes",
-    } <= passed, proc.stdout[-3000:]
+    } <= passed, passed
 
     seen = []
     with Consumer(go_cluster.bootstrap) as consumer:
@@ -127,3 +123,21 @@ def test_go_client_against_a_cluster_and_python_reads_what_go_wrote(
         (False, True),
         (True, False),
     ]
+
+    # SIGKILL of a partition leader under the Go producer and partition consumer (by PID)
+    pids = ",".join(f"{bid}={proc.pid}" for bid, proc in go_cluster.brokers.items())
+    assert _go_test(dict(env, HEADWATER_BROKER_PIDS=pids), "-run", FAILOVER, ".") == {FAILOVER}
+
+
+def _go_test(env: dict[str, str], *args: str) -> set[str]:
+    """Run `go test -v` in clients/go; assert it passed; the names of the tests that passed."""
+    proc = subprocess.run(
+        [_go(), "test", "-count=1", "-v", *args, *([] if args[-1] == "." else ["./..."])],
+        cwd=GO_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, f"go test failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+    return {line.split()[2] for line in proc.stdout.splitlines() if line.startswith("--- PASS")}
