@@ -15,8 +15,9 @@
 #                [tool.importlinter], docs/architecture.md "Layers"), and buf lint + buf breaking
 #                on proto/ (scripts/tools/buf.sh: buf.yaml's rules; breaking against main before
 #                this commit, or the branch's merge base; buf built once from the Go proxy)
-#   make proto   regenerate headwater/v1/ from proto/, and the etcd client's stubs
-#                (headwater/platform/etcd/etcdserverpb/) from the rpc.proto there
+#   make proto   regenerate headwater/v1/ and the Go client's clients/go/gen/ from proto/, and
+#                the etcd client's stubs (headwater/platform/etcd/etcdserverpb/) from the rpc.proto
+#                there (scripts/gen_proto.sh, scripts/gen_go.sh: buf and the Go plugins cached)
 #   make fuzz    a longer fuzzing campaign of the batch decoder (not part of CI)
 #   make fuzz-long  the hostile-input suite at a larger scale, then a fuzzing campaign of every
 #                RPC handler, on a dedicated memory-capped local cluster (FUZZ_SECONDS,
@@ -78,6 +79,7 @@ $(STAMP): pyproject.toml
 
 proto: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/gen_proto.sh
+	bash scripts/gen_go.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

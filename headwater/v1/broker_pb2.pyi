@@ -99,7 +99,7 @@ class Record(_message.Message):
     def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[RecordHeader, _Mapping]]] = ..., timestamp: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ProduceRecordsRequest(_message.Message):
-    __slots__ = ("topic", "partition", "acks", "timeout_ms", "records", "client_id", "compression")
+    __slots__ = ("topic", "partition", "acks", "timeout_ms", "records", "client_id", "compression", "producer_id", "producer_epoch", "base_sequence")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +107,9 @@ class ProduceRecordsRequest(_message.Message):
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BASE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     acks: Acks
@@ -114,7 +117,10 @@ class ProduceRecordsRequest(_message.Message):
     records: _containers.RepeatedCompositeFieldContainer[Record]
     client_id: str
     compression: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., client_id: _Optional[str] = ..., compression: _Optional[str] = ...) -> None: ...
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., client_id: _Optional[str] = ..., compression: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("topic", "partition", "offset", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "replica_id", "current_leader_epoch", "client_id")

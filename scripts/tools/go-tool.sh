@@ -10,20 +10,29 @@
 # Tools (their versions are pinned here; a new version builds into a new directory):
 #   buf      github.com/bufbuild/buf/cmd/buf          (buf lint / buf breaking: scripts/tools/buf.sh)
 #   grpcurl  github.com/fullstorydev/grpcurl/cmd/grpcurl   (tests/api/test_grpcurl.py, docs/api.md)
-# Environment: BUF_VERSION, GRPCURL_VERSION, HEADWATER_TOOLS_CACHE, GOCACHE / GOMODCACHE (Go's
+#   protoc-gen-go       google.golang.org/protobuf/cmd/protoc-gen-go   (scripts/gen_go.sh: the
+#   protoc-gen-go-grpc  google.golang.org/grpc/cmd/protoc-gen-go-grpc   Go client's generated code)
+# Environment: BUF_VERSION, GRPCURL_VERSION, PROTOC_GEN_GO_VERSION, PROTOC_GEN_GO_GRPC_VERSION,
+# HEADWATER_TOOLS_CACHE, GOCACHE / GOMODCACHE (Go's
 # own). Idempotent: a runnable binary already present is not rebuilt (< 1 s). The build runs
 # under `nice -n 19` so that it never slows a test run sharing the machine.
 set -euo pipefail
 
 BUF_VERSION="${BUF_VERSION:-v1.75.0}"
 GRPCURL_VERSION="${GRPCURL_VERSION:-v1.9.3}"
+PROTOC_GEN_GO_VERSION="${PROTOC_GEN_GO_VERSION:-v1.36.12}"
+PROTOC_GEN_GO_GRPC_VERSION="${PROTOC_GEN_GO_GRPC_VERSION:-v1.6.2}"
 CACHE="${HEADWATER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/headwater-tools}"
 
-tool="${1:?usage: go-tool.sh buf|grpcurl [--print-bin]}"
+usage="buf|grpcurl|protoc-gen-go|protoc-gen-go-grpc"
+tool="${1:?usage: go-tool.sh $usage [--print-bin]}"
 case "$tool" in
   buf) pkg=github.com/bufbuild/buf/cmd/buf version="$BUF_VERSION" ;;
   grpcurl) pkg=github.com/fullstorydev/grpcurl/cmd/grpcurl version="$GRPCURL_VERSION" ;;
-  *) echo "go-tool.sh: unknown tool $tool (buf, grpcurl)" >&2; exit 2 ;;
+  protoc-gen-go) pkg=google.golang.org/protobuf/cmd/protoc-gen-go version="$PROTOC_GEN_GO_VERSION" ;;
+  protoc-gen-go-grpc)
+    pkg=google.golang.org/grpc/cmd/protoc-gen-go-grpc version="$PROTOC_GEN_GO_GRPC_VERSION" ;;
+  *) echo "go-tool.sh: unknown tool $tool ($usage)" >&2; exit 2 ;;
 esac
 
 if ! command -v go >/dev/null 2>&1; then

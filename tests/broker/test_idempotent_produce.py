@@ -17,7 +17,7 @@ from headwater.batch import iter_headers
 from headwater.client import AdminClient
 from headwater.client.admin import PartitionDescription
 from headwater.dev.cluster import LocalCluster
-from headwater.errors import UnknownTopicOrPartitionError
+from headwater.errors import UnknownTopicOrPartitionError, from_rpc_error
 from headwater.v1 import broker_pb2, broker_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 from tests.helpers.wait import wait_for
@@ -105,6 +105,114 @@ def test_stale_epoch_is_fenced(controller: ActingController, broker: BrokerProc)
 def test_init_producer_id_refuses_a_transactional_id(controller: ActingController) -> None:
     code, pid, epoch = init_pid(controller.stub, "my-txn")
     assert code == ErrorCode.NOT_COORDINATOR and pid == -1 and epoch == -1
+
+
+# ------------------------------------------------ the records path (ProduceRecords)
+
+
+def _produce_records(
+    c: ActingController, topic: str, values: list[bytes], **idem: int
+) -> broker_pb2.PartitionProduceResult:
+    """ProduceRecords of ``values`` to partition 0 with acks=all and the given idempotence
+    fields (producer_id, producer_epoch, base_sequence)."""
+    resp = c.stub.ProduceRecords(
+        broker_pb2.ProduceRecordsRequest(
+            topic=topic,
+            partition=0,
+            acks=ALL,
+            records=[broker_pb2.Record(value=v) for v in values],
+            **idem,
+        ),
+        timeout=30,
+    )
+    (result,) = resp.partitions
+    return result
+
+
+def _record_values(c: ActingController, topic: str) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record of partition 0, through FetchRecords."""
+    stream = c.stub.FetchRecords(
+        broker_pb2.FetchRequest(topic=topic, partition=0, current_leader_epoch=-1), timeout=30
+    )
+    try:
+        first = next(stream)
+    finally:
+        stream.cancel()
+    assert first.error_code == ErrorCode.NONE, first
+    return [(r.offset, r.value) for r in first.records]
+
+
+def test_produce_records_retry_gets_the_original_offset_and_no_duplicate(
+    controller: ActingController, broker: BrokerProc
+) -> None:
+    topic = "idem-records"
+    controller.create_topic(topic)
+    code, pid, epoch = init_pid(controller.stub)
+    assert code == ErrorCode.NONE and pid >= 0 and epoch == 0
+    idem = {"producer_id": pid, "producer_epoch": epoch}
+    before = counter(broker.metrics_port, "headwater_broker_produce_duplicates_total", topic=topic)
+
+    first = _produce_records(controller, topic, [b"a", b"b", b"c"], **idem, base_sequence=0)
+    assert first.error_code == ErrorCode.NONE and first.base_offset == 0, first
+    # another writer's records land between the first request and its retry
+    other = _produce_records(controller, topic, [b"other"])
+    assert other.base_offset == 3, other
+    # the same request again (a retry after a lost answer): the original offset, nothing added
+    for _ in range(2):
+        retry = _produce_records(controller, topic, [b"a", b"b", b"c"], **idem, base_sequence=0)
+        assert retry.error_code == ErrorCode.NONE and retry.base_offset == 0, retry
+    after = counter(broker.metrics_port, "headwater_broker_produce_duplicates_total", topic=topic)
+    assert after - before == 2
+    assert _record_values(controller, topic) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"other")]
+
+    # the next request continues at base_sequence + 3 records
+    nxt = _produce_records(controller, topic, [b"d"], **idem, base_sequence=3)
+    assert nxt.error_code == ErrorCode.NONE and nxt.base_offset == 4, nxt
+    # a gap in the sequence (4 skipped) is refused with the typed error and appends nothing
+    gap = _produce_records(controller, topic, [b"e"], **idem, base_sequence=5)
+    assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, gap
+    assert "sequence 5 does not follow 3" in gap.error_message and gap.base_offset == -1
+    assert list_offset(controller, topic, 0, -1).offset == 5
+    # a producer the partition has never seen must start at 0
+    unknown = _produce_records(
+        controller, topic, [b"f"], producer_id=pid + 1, producer_epoch=0, base_sequence=7
+    )
+    assert unknown.error_code == ErrorCode.UNKNOWN_PRODUCER_ID, unknown
+    # the producer goes on from where it really is
+    resumed = _produce_records(controller, topic, [b"e"], **idem, base_sequence=4)
+    assert resumed.error_code == ErrorCode.NONE and resumed.base_offset == 5, resumed
+    values = [v for _, v in _record_values(controller, topic)]
+    assert values == [b"a", b"b", b"c", b"other", b"d", b"e"]
+
+
+@pytest.mark.parametrize(
+    ("partition", "idem", "needle"),
+    [
+        (-1, {"producer_id": 1, "producer_epoch": 0}, "names its partition"),
+        (0, {"producer_id": -2}, "producer_id must be >= 0"),
+        (0, {"producer_id": 1, "producer_epoch": -1}, "producer_epoch must be 0..32767"),
+        (0, {"producer_id": 1, "producer_epoch": 40_000}, "producer_epoch must be 0..32767"),
+        (0, {"producer_id": 1, "base_sequence": -3}, "base_sequence must be >= 0"),
+        (0, {"base_sequence": 4}, "need a producer_id"),
+        (0, {"producer_id": -1, "producer_epoch": 2}, "need a producer_id"),
+    ],
+)
+def test_produce_records_refuses_inconsistent_producer_fields(
+    controller: ActingController, partition: int, idem: dict[str, int], needle: str
+) -> None:
+    topic = "idem-records-bad"
+    if topic not in controller.topics:
+        controller.create_topic(topic)
+    with pytest.raises(grpc.RpcError) as info:
+        controller.stub.ProduceRecords(
+            broker_pb2.ProduceRecordsRequest(
+                topic=topic, partition=partition, records=[broker_pb2.Record(value=b"x")], **idem
+            ),
+            timeout=30,
+        )
+    err = from_rpc_error(info.value)
+    assert err.code == ErrorCode.INVALID_REQUEST and needle in str(err), err
+    assert list_offset(controller, topic, 0, -1).offset == 0
 
 
 # ------------------------------------------------------------------ three-broker cluster

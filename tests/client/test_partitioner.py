@@ -103,3 +103,24 @@ def test_murmur2_partitioner_and_resolve() -> None:
     assert resolve(custom) is custom
     with pytest.raises(InvalidConfigError):
         resolve("nope")
+
+
+def test_the_vectors_every_client_shares() -> None:
+    """clients/partitioner-vectors.json, which the Go client's tests read too
+    (clients/go/partitioner_test.go): Python's partitioner and the broker's records path
+    (ProduceRecords with partition -1) place every key where the file says."""
+    import json
+    from pathlib import Path
+
+    from services.broker.handlers.produce_records import default_partition
+
+    doc = json.loads((Path(__file__).parents[2] / "clients/partitioner-vectors.json").read_text())
+    assert len(doc["crc32c"]) >= 10 and len(doc["partition"]) >= 100
+    assert any(v["crc32c"] >= 1 << 31 for v in doc["crc32c"])  # the unsigned reading matters
+    for v in doc["crc32c"]:
+        assert crc32c(bytes.fromhex(v["key_hex"])) == v["crc32c"], v
+    for v in doc["partition"]:
+        key, n = bytes.fromhex(v["key_hex"]), v["partitions"]
+        assert crc32c_partition(key, n) == v["partition"], v
+        assert DefaultPartitioner()(key, n, "t") == v["partition"], v
+        assert default_partition(key, n) == v["partition"], v
