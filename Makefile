@@ -14,7 +14,7 @@
 #   make lint    ruff check, ruff format --check, mypy, lint-imports (the layers: pyproject.toml
 #                [tool.importlinter], docs/architecture.md "Layers"), and buf lint + buf breaking
 #                on proto/ (scripts/tools/buf.sh: buf.yaml's rules; breaking against main before
-#                this commit, or the branch's merge base; buf built once from the Go proxy)
+#                this commit, or the branch's merge base; buf fetched once: npm or the Go proxy)
 #   make proto   regenerate headwater/v1/ and the Go client's clients/go/gen/ from proto/, and
 #                the etcd client's stubs (headwater/platform/etcd/etcdserverpb/) from the rpc.proto
 #                there (scripts/gen_proto.sh, scripts/gen_go.sh: buf and the Go plugins cached)

@@ -8,9 +8,9 @@
 #     commit or merge being checked;
 #   * else (a branch): the merge base with main, i.e. what the branch changes.
 # A repository without such a commit (its first commit, a shallow clone) says so and checks
-# lint only. buf itself is built once per version from the Go module proxy by
-# scripts/tools/go-tool.sh (~/.cache/headwater-tools; cold about 8 min of one core at nice 19
-# on a loaded machine, a few seconds when cached).
+# lint only. buf itself comes once per version from scripts/tools/go-tool.sh
+# (~/.cache/headwater-tools): Buf's release binary from npm on Linux (~30 s), else built from the
+# Go module proxy (about 8 min of one core at nice 19 on a loaded machine); seconds when cached.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
