@@ -2,7 +2,7 @@
 
 Each handler returns an :class:`~services.coordinator.outcome.Outcome`; durable changes are
 records only (a group-metadata record per generation change / assignment / static-member id
-replacement), applied later by ``GroupTable.replay``. Volatile changes (rebalance start,
+replacement), applied later by ``GroupTable.apply``. Volatile changes (rebalance start,
 members joining before their generation, heartbeats) are made directly on the table.
 
 Rules (Kafka's classic protocol):
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
-from services.coordinator import records as rec
 from services.coordinator.group import Group, GroupState, GroupTable, Member
 from services.coordinator.outcome import Ctx, Outcome
 
@@ -182,10 +181,16 @@ def _replace_static(g: Group, old: Member, new: Member, ctx: Ctx, out: Outcome) 
     """A static member restarted: new member id, same assignment, no rebalance."""
     leader = new.member_id if g.leader == old.member_id else g.leader
     members = [new if mm.member_id == old.member_id else mm for mm in g.members.values()]
-    value = g.durable_value(
-        generation=g.generation, protocol=g.protocol, leader=leader, members=members, assigned=True
+    out.records.append(
+        g.metadata_record(
+            ctx.epoch,
+            generation=g.generation,
+            protocol=g.protocol,
+            leader=leader,
+            members=members,
+            assigned=True,
+        )
     )
-    out.records.append(rec.Record(rec.group_key(g.group_id), value, ctx.epoch))
     resp = pb.JoinGroupResponse(
         generation_id=g.generation,
         protocol_name=g.protocol,
@@ -260,10 +265,16 @@ def complete_join(g: Group, ctx: Ctx, out: Outcome) -> None:
     generation = g.generation + 1
     for m in members:
         m.assignment = b""
-    value = g.durable_value(
-        generation=generation, protocol=protocol, leader=leader, members=members, assigned=False
+    out.records.append(
+        g.metadata_record(
+            ctx.epoch,
+            generation=generation,
+            protocol=protocol,
+            leader=leader,
+            members=members,
+            assigned=False,
+        )
     )
-    out.records.append(rec.Record(rec.group_key(g.group_id), value, ctx.epoch))
     out.rebalances.append((g.group_id, ctx.now_ms - g.rebalance_started_ms))
     for m in members:
         resp = _join_response_raw(members, m.member_id, generation, protocol, leader)
@@ -371,14 +382,16 @@ def sync(table: GroupTable, req: pb.SyncGroupRequest, ctx: Ctx) -> Outcome:
     members = list(g.members.values())
     for mm in members:
         mm.assignment = given.get(mm.member_id, b"")
-    value = g.durable_value(
-        generation=g.generation,
-        protocol=g.protocol,
-        leader=g.leader,
-        members=members,
-        assigned=True,
+    out.records.append(
+        g.metadata_record(
+            ctx.epoch,
+            generation=g.generation,
+            protocol=g.protocol,
+            leader=g.leader,
+            members=members,
+            assigned=True,
+        )
     )
-    out.records.append(rec.Record(rec.group_key(g.group_id), value, ctx.epoch))
     for mm in members:
         out.replies.append(
             (("sync", g.group_id, mm.member_id), pb.SyncGroupResponse(assignment=mm.assignment))

@@ -41,8 +41,12 @@ class FakeLog:
         self.records: list[ConsumerRecord] = []
 
     def append(self, r: rec.Record) -> int:
+        return self.append_raw(r.key, r.value, r.epoch)
+
+    def append_raw(self, key: bytes, value: bytes | None, epoch: int) -> int:
         off = len(self.records)
-        self.records.append(ConsumerRecord("t", 0, off, 0, r.key, r.value, tuple(r.headers)))
+        headers = ((rec.EPOCH_HEADER, str(epoch).encode()),)
+        self.records.append(ConsumerRecord("t", 0, off, 0, key, value, headers))
         return off
 
 
@@ -57,7 +61,7 @@ class FakeProducer:
 
     async def send(self, topic: str, value: Any, key: Any, **kw: Any) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        fut.set_result(_Md(self.log.append(rec.Record(key, value, int(kw["headers"][0][1])))))
+        fut.set_result(_Md(self.log.append_raw(key, value, int(kw["headers"][0][1]))))
         return fut
 
 
@@ -174,13 +178,13 @@ def test_a_prepare_without_marker_task_is_restarted_by_init_producer_id() -> Non
         req = tpb.InitProducerIdRequest(
             transactional_id=TID, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
         )
-        await rt._handle(Request("init", req, fut))
+        await rt._handle(Request(req, fut))
         assert fut.result().error_code == ErrorCode.CONCURRENT_TRANSACTIONS
         _, task = rt._jobs[TID]
         assert await task is True
         assert markers.written == [h.job_of(prepared())]
         posted = rt._queue.get_nowait()
-        assert (posted.kind, posted.request) == ("complete", h.job_of(prepared()))
+        assert posted.request == h.job_of(prepared())
         await rt._handle(posted)
         assert rt._table.txns[TID].state is TxnState.COMPLETE_COMMIT
         assert TID not in rt._jobs
