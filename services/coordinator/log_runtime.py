@@ -32,8 +32,8 @@ The table (:class:`ReplayTable`) is the only state that records change, and only
 ``apply(record, now_ms) -> bool`` (False: a fenced late write, ignored): ``decode(key, value,
 epoch)`` types a record read from the log, ``marker_epoch`` / ``marker_owner`` are the highest
 epoch marker seen and ``current_record(key, epoch)`` is the record that restates the key's
-valid value (the repair of a fenced late write, records.py). Handlers never change durable
-state themselves: they return records, and the state follows once the log has them.
+valid value (the repair of a fenced late write, records.py). Handlers return durable changes
+as records; what they change in the table directly is its volatile part only (group.py).
 
 Repair invariant: a key is restated only when its LAST record read is a fenced late write
 (a later applied record of the key cancels the repair) and only once the replayed position

@@ -3,7 +3,7 @@
 Handlers are pure functions ``(table, request, ctx) -> Outcome``. The runtime
 (:mod:`partition`) appends ``records`` to the owned offsets-topic partition (acks=all), waits
 until its tail reader has read them back below the high watermark and applied them with
-``GroupTable.replay``, and only then sends ``response`` (or, when ``wait`` is set, parks the
+``GroupTable.apply``, and only then sends ``response`` (or, when ``wait`` is set, parks the
 request under that key) and delivers ``replies`` to requests parked earlier (JoinGroup and
 SyncGroup are long polls). Parked keys: ``("join" | "sync", group_id, member_id)``.
 """

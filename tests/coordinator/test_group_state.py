@@ -231,6 +231,7 @@ def test_repair_keeps_committed_offsets_through_compaction_of_a_fenced_late_writ
     but compaction keeps the latest record per key: unrepaired, it shadows the valid offset
     and a later replay loses it. The owner restates the key (current_record) and the
     compacted log replays to the valid value."""
+
     def offset_rec(value: int, epoch: int) -> rec.Record:
         return rec.Record(rec.OffsetCommit("g", "t", 0, rec.Offset(value, -1, "", 1)), epoch)
 
