@@ -28,7 +28,7 @@ from __future__ import annotations
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator.group import Group, GroupState, GroupTable, Member
-from services.coordinator.outcome import Ctx, Outcome
+from services.coordinator.outcome import Ctx, Outcome, Wait, WaitKey
 
 MIN_SESSION_TIMEOUT_MS = 100
 MAX_SESSION_TIMEOUT_MS = 1_800_000
@@ -205,17 +205,17 @@ def _replace_static(g: Group, old: Member, new: Member, ctx: Ctx, out: Outcome) 
 
 
 def _fence(g: Group, member_id: str, out: Outcome) -> None:
-    for kind in ("join", "sync"):
-        out.replies.append(
-            (
-                (kind, g.group_id, member_id),
-                _error_for(kind, ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer instance"),
-            )
-        )
+    _fail_parked(g, member_id, out, ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer instance")
 
 
-def _error_for(kind: str, code: int, msg: str) -> object:
-    if kind == "join":
+def _fail_parked(g: Group, member_id: str, out: Outcome, code: int, msg: str) -> None:
+    """Answer a member's parked JoinGroup and SyncGroup (if any) with an error."""
+    for wait in (Wait.JOIN, Wait.SYNC):
+        out.replies.append((WaitKey(wait, g.group_id, member_id), _error_for(wait, code, msg)))
+
+
+def _error_for(wait: Wait, code: int, msg: str) -> object:
+    if wait is Wait.JOIN:
         return pb.JoinGroupResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
     return pb.SyncGroupResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
 
@@ -225,7 +225,7 @@ def _rejoined(g: Group, m: Member, ctx: Ctx, out: Outcome) -> Outcome:
     prepare_rebalance(g, ctx, out)
     m.rejoined = True
     g.rebalance_deadline_ms = max(g.rebalance_deadline_ms, ctx.now_ms + m.rebalance_timeout_ms)
-    out.wait = ("join", g.group_id, m.member_id)
+    out.wait = WaitKey(Wait.JOIN, g.group_id, m.member_id)
     maybe_complete_join(g, ctx, out)
     return out
 
@@ -237,8 +237,8 @@ def prepare_rebalance(g: Group, ctx: Ctx, out: Outcome) -> None:
         for mid in g.members:  # parked syncs of the aborted generation must rejoin
             out.replies.append(
                 (
-                    ("sync", g.group_id, mid),
-                    _error_for("sync", ErrorCode.REBALANCE_IN_PROGRESS, "rejoin the group"),
+                    WaitKey(Wait.SYNC, g.group_id, mid),
+                    _error_for(Wait.SYNC, ErrorCode.REBALANCE_IN_PROGRESS, "rejoin the group"),
                 )
             )
     g.state = GroupState.PREPARING_REBALANCE
@@ -278,7 +278,7 @@ def complete_join(g: Group, ctx: Ctx, out: Outcome) -> None:
     out.rebalances.append((g.group_id, ctx.now_ms - g.rebalance_started_ms))
     for m in members:
         resp = _join_response_raw(members, m.member_id, generation, protocol, leader)
-        out.replies.append((("join", g.group_id, m.member_id), resp))
+        out.replies.append((WaitKey(Wait.JOIN, g.group_id, m.member_id), resp))
 
 
 def _member_list(members: list[Member], protocol: str) -> list[pb.JoinGroupMember]:
@@ -311,10 +311,7 @@ def _join_response(
 
 def _remove(g: Group, member_id: str, out: Outcome, why: str) -> None:
     g.members.pop(member_id, None)
-    for kind in ("join", "sync"):
-        out.replies.append(
-            ((kind, g.group_id, member_id), _error_for(kind, ErrorCode.UNKNOWN_MEMBER_ID, why))
-        )
+    _fail_parked(g, member_id, out, ErrorCode.UNKNOWN_MEMBER_ID, why)
 
 
 def remove_members(g: Group, member_ids: list[str], ctx: Ctx, out: Outcome, why: str) -> None:
@@ -367,7 +364,7 @@ def sync(table: GroupTable, req: pb.SyncGroupRequest, ctx: Ctx) -> Outcome:
         )
     if g.state is GroupState.STABLE:
         return Outcome(response=pb.SyncGroupResponse(assignment=m.assignment))
-    out = Outcome(wait=("sync", g.group_id, m.member_id))
+    out = Outcome(wait=WaitKey(Wait.SYNC, g.group_id, m.member_id))
     if m.member_id != g.leader:
         return out
     given = {a.member_id: bytes(a.assignment) for a in req.assignments}
@@ -394,7 +391,10 @@ def sync(table: GroupTable, req: pb.SyncGroupRequest, ctx: Ctx) -> Outcome:
     )
     for mm in members:
         out.replies.append(
-            (("sync", g.group_id, mm.member_id), pb.SyncGroupResponse(assignment=mm.assignment))
+            (
+                WaitKey(Wait.SYNC, g.group_id, mm.member_id),
+                pb.SyncGroupResponse(assignment=mm.assignment),
+            )
         )
     return out
 
@@ -452,7 +452,7 @@ def trigger_rebalance(table: GroupTable, group_id: str, ctx: Ctx) -> Outcome:
     return out
 
 
-def tick(table: GroupTable, ctx: Ctx, parked: set[tuple[str, str, str]]) -> Outcome:
+def tick(table: GroupTable, ctx: Ctx, parked: set[WaitKey]) -> Outcome:
     """Session expiry and rebalance deadlines. ``parked``: keys of requests parked now (a
     member parked in a JoinGroup or SyncGroup is alive)."""
     out = Outcome()
@@ -461,8 +461,8 @@ def tick(table: GroupTable, ctx: Ctx, parked: set[tuple[str, str, str]]) -> Outc
             mid
             for mid, m in g.members.items()
             if ctx.now_ms - m.last_seen_ms > m.session_timeout_ms
-            and ("join", g.group_id, mid) not in parked
-            and ("sync", g.group_id, mid) not in parked
+            and WaitKey(Wait.JOIN, g.group_id, mid) not in parked
+            and WaitKey(Wait.SYNC, g.group_id, mid) not in parked
         ]
         if expired:
             remove_members(g, expired, ctx, out, "session timed out")

@@ -9,6 +9,7 @@ from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator import membership
 from services.coordinator import records as rec
 from services.coordinator.group import GroupState, GroupTable
+from services.coordinator.outcome import Wait, WaitKey
 from tests.coordinator.harness import PARKED, Harness
 
 pytestmark = pytest.mark.fast
@@ -29,13 +30,13 @@ def stable_pair(h: Harness) -> tuple[str, str, int]:
     ra = h.join(G, a)
     assert ra.generation_id == 2 and ra.leader == a
     assert {m.member_id for m in ra.members} == {a, b}
-    rb = h.take(("join", G, b))
+    rb = h.take(WaitKey(Wait.JOIN, G, b))
     assert rb.generation_id == 2 and rb.leader == a and not rb.members
     assert h.table.groups[G].state is GroupState.COMPLETING_REBALANCE
     assert h.sync(G, b, 2) is PARKED
     ra_sync = h.sync(G, a, 2, {a: b"A2", b: b"B2"})
     assert ra_sync.assignment == b"A2"
-    assert h.take(("sync", G, b)).assignment == b"B2"
+    assert h.take(WaitKey(Wait.SYNC, G, b)).assignment == b"B2"
     assert h.table.groups[G].state is GroupState.STABLE
     return a, b, 2
 
@@ -83,7 +84,7 @@ def test_rebalance_timeout_drops_members_that_did_not_rejoin() -> None:
     assert h.join(G, a) is PARKED
     h.now += 31_000
     h.tick()
-    rc = h.take(("join", G, c))
+    rc = h.take(WaitKey(Wait.JOIN, G, c))
     assert rc.generation_id == gen + 1
     assert set(h.table.groups[G].members) == {a, c}
 

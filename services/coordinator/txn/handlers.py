@@ -10,7 +10,7 @@ they are durable. Transitions (docs/transactions.md)::
 
 Epochs (KIP-890): Prepare* moves ``producer_epoch`` to the transaction's epoch + 1 (the
 markers' epoch) and records the transaction's own epoch as ``last_producer_epoch``; EndTxn is
-parked under ``("end", transactional_id, "")`` and answered by :func:`complete` with the
+parked under ``WaitKey(Wait.END_TXN, transactional_id)`` and answered by :func:`complete` with the
 bumped epoch. Requests at any other epoch than the current get PRODUCER_FENCED and change
 nothing, except an EndTxn retried at ``last_producer_epoch``: CONCURRENT_TRANSACTIONS while
 the same transaction is still Prepare*, success when it completed the same way. Producer ids
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from headwater.v1 import transaction_pb2 as tpb
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator.handlers import Registry, whole
-from services.coordinator.outcome import Outcome, WaitKey
+from services.coordinator.outcome import Outcome, Wait, WaitKey
 from services.coordinator.txn.state import MAX_EPOCH, TxnMetadata, TxnState, TxnTable
 
 #: The transaction timeout of an InitProducerId that leaves transaction_timeout_ms 0 (Kafka's
@@ -64,7 +64,7 @@ Result = tuple[Outcome, list[MarkerJob]]
 
 
 def end_key(txn_id: str) -> WaitKey:
-    return ("end", txn_id, "")
+    return WaitKey(Wait.END_TXN, txn_id)
 
 
 def needs_new_pid(table: TxnTable, request: object) -> bool:
