@@ -58,12 +58,11 @@ from services.coordinator import records as rec
 from services.coordinator.handlers import PartitionLostError
 from services.coordinator.outcome import Outcome, WaitKey
 
+__all__ = ["LogRuntime", "PartitionLostError", "ReplayTable", "Request"]
+
 log = logging.getLogger(__name__)
 
 TICK_S = 0.15
-
-
-__all__ = ["LogRuntime", "PartitionLostError", "ReplayTable", "Request"]
 
 
 class ReplayTable(Protocol):
