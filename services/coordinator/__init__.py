@@ -2,11 +2,15 @@
 
 Built so far (pure logic, no I/O, unit-tested in ``tests/coordinator``):
 
-    records.py      the offsets-topic record layout (keys for compaction, JSON values, the
-                    epoch header) and its decoder
-    group.py        a group's durable + volatile state, GroupState, GroupTable.replay (the
+    records.py      the offsets-topic records as typed messages (EpochMarker, GroupMetadata,
+                    OffsetCommit, PendingOffsetCommit), their byte layout (keys for
+                    compaction, JSON values, the epoch header) and their decoder
+    group.py        a group's durable + volatile state, GroupState, GroupTable.apply (the
                     one function that changes durable state, live and at load; fencing by
                     the highest epoch marker seen)
+    handlers.py     Registry: one pure handler per request type, with its in-band error
+    group_handlers.py  the group coordinator's requests (RPC protobufs, internal
+                    dataclasses) and their registry HANDLERS
     outcome.py      Ctx (time, epoch, id generator) and Outcome (records, response, parked
                     key, replies to parked JoinGroup/SyncGroup requests)
     membership.py   JoinGroup / SyncGroup / Heartbeat / LeaveGroup / timers (tick)

@@ -56,9 +56,11 @@ from headwater.platform.runner import ProcessRunner
 from headwater.platform.security_flags import PLAINTEXT, ServerSecurity
 from headwater.platform.server import start_server
 from services.coordinator import metrics
+from services.coordinator.group_handlers import SnapshotGroups
+from services.coordinator.handlers import PartitionLostError
 from services.coordinator.ownership import TXN_OWNERS_PREFIX, Ownership
 from services.coordinator.registration import CoordinatorRegistration
-from services.coordinator.runtime import OFFSETS_TOPIC, PartitionLostError, PartitionRuntime
+from services.coordinator.runtime import OFFSETS_TOPIC, PartitionRuntime
 from services.coordinator.servicer import GroupCoordinatorServicer, measure_ends, register
 from services.coordinator.topic_watch import WATCH_INTERVAL_S, watch_partition_counts
 from services.coordinator.txn import servicer as txn_servicer
@@ -168,7 +170,7 @@ async def refresh_metrics(ownership: Ownership, admin: AsyncAdminClient, every_s
             if not rt.loaded.is_set():
                 continue
             try:
-                snaps = await rt.submit("snapshot", None)
+                snaps = await rt.submit(SnapshotGroups())
             except PartitionLostError:
                 continue
             for s in snaps:

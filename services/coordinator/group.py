@@ -3,9 +3,11 @@
 State has two parts:
 
 * **durable** — generation, protocol type and name, leader, members (id, instance id, client
-  id, timeouts, protocols with their metadata, assignment), committed offsets. Changed ONLY by
-  :meth:`GroupTable.replay` from records of the offsets topic (:mod:`records`), so a
-  coordinator that takes a partition over rebuilds exactly this by replaying the partition;
+  id, timeouts, protocols with their metadata, assignment), committed and pending offsets.
+  Changed ONLY by :meth:`GroupTable.apply` from the typed records of the offsets topic
+  (:mod:`records`) — at load (replay of the partition) and at run time (the records handlers
+  returned, once read back from the log) alike — so a coordinator that takes a partition over
+  rebuilds exactly this;
 * **volatile** — what a live coordinator tracks between records: a rebalance in progress
   (PreparingRebalance, its deadline, which members rejoined), members that joined but are
   not in a generation yet, pending dynamic member ids (MEMBER_ID_REQUIRED), and each
@@ -19,10 +21,10 @@ Lifecycle (:class:`GroupState`)::
     Stable | CompletingRebalance --join / leave / expiry / subscription change--> Preparing..
     PreparingRebalance --nobody left--> Empty;  Empty, no offsets (expiry) / delete --> Dead
 
-After replaying a group record the state is Empty (no members), CompletingRebalance (members,
+After applying a group record the state is Empty (no members), CompletingRebalance (members,
 no assignment yet) or Stable (assigned) — :func:`state_from_durable`.
 
-Owned by one asyncio task per offsets-topic partition (:mod:`partition`).
+Owned by one asyncio task per offsets-topic partition (:mod:`runtime`).
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from services.coordinator import records as rec
+from services.coordinator.records import Offset, PendingOffset
+
+__all__ = ["Group", "GroupState", "GroupTable", "Member", "Offset", "PendingOffset"]
 
 
 class GroupState(enum.Enum):
@@ -55,50 +61,35 @@ class Member:
     last_seen_ms: int = 0
     rejoined: bool = False
 
-    def durable(self) -> dict[str, object]:
-        return {
-            "member_id": self.member_id,
-            "instance_id": self.instance_id,
-            "client_id": self.client_id,
-            "session_timeout_ms": self.session_timeout_ms,
-            "rebalance_timeout_ms": self.rebalance_timeout_ms,
-            "protocols": [[n, rec.b64(m)] for n, m in self.protocols],
-            "assignment": rec.b64(self.assignment),
-        }
+    def durable(self) -> rec.MemberValue:
+        return rec.MemberValue(
+            member_id=self.member_id,
+            instance_id=self.instance_id,
+            client_id=self.client_id,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            protocols=tuple(self.protocols),
+            assignment=self.assignment,
+        )
+
+    @staticmethod
+    def from_durable(v: rec.MemberValue, last_seen_ms: int) -> Member:
+        return Member(
+            member_id=v.member_id,
+            instance_id=v.instance_id,
+            client_id=v.client_id,
+            session_timeout_ms=v.session_timeout_ms,
+            rebalance_timeout_ms=v.rebalance_timeout_ms,
+            protocols=list(v.protocols),
+            assignment=v.assignment,
+            last_seen_ms=last_seen_ms,
+        )
 
     def metadata_for(self, protocol: str) -> bytes:
         for name, meta in self.protocols:
             if name == protocol:
                 return meta
         return b""
-
-
-@dataclass(frozen=True)
-class Offset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp: int
-
-    def value(self, **extra: int) -> bytes:
-        """The JSON value of an offset record (``extra``: "producer_epoch" when pending)."""
-        return json.dumps(
-            {
-                "offset": self.offset,
-                "leader_epoch": self.leader_epoch,
-                "metadata": self.metadata,
-                "commit_timestamp": self.commit_timestamp,
-                **extra,
-            }
-        ).encode()
-
-
-@dataclass(frozen=True)
-class PendingOffset:
-    """A transactional offset awaiting its transaction's outcome (records.py)."""
-
-    offset: Offset
-    producer_epoch: int
 
 
 @dataclass
@@ -127,26 +118,26 @@ class Group:
                 return m
         return None
 
-    def durable_value(
+    def metadata_record(
         self,
+        epoch: int,
         *,
         generation: int,
         protocol: str,
         leader: str,
         members: list[Member],
         assigned: bool,
-    ) -> bytes:
-        return json.dumps(
-            {
-                "generation": generation,
-                "protocol_type": self.protocol_type,
-                "protocol": protocol,
-                "leader": leader,
-                "assigned": assigned,
-                "members": [m.durable() for m in members],
-            },
-            sort_keys=True,
-        ).encode()
+    ) -> rec.Record:
+        """The group metadata record of this group as given (written under ``epoch``)."""
+        value = rec.GroupValue(
+            generation=generation,
+            protocol_type=self.protocol_type,
+            protocol=protocol,
+            leader=leader,
+            assigned=assigned,
+            members=tuple(m.durable() for m in members),
+        )
+        return rec.Record(rec.GroupMetadata(self.group_id, value), epoch)
 
     def durable_view(self) -> dict[str, object]:
         """What replay must reproduce (used by the determinism tests)."""
@@ -156,22 +147,13 @@ class Group:
             "protocol": self.protocol,
             "leader": self.leader,
             "members": sorted(
-                json.dumps(m.durable(), sort_keys=True) for m in self.members.values()
+                json.dumps(m.durable().fields(), sort_keys=True) for m in self.members.values()
             ),
             "offsets": dict(sorted(self.offsets.items())),
             "pending": dict(sorted(self.pending.items())),
             "has_metadata": self.has_metadata,
             "assigned": self.state is GroupState.STABLE,
         }
-
-
-def _offset(v: dict[str, object]) -> Offset:
-    return Offset(
-        int(v["offset"]),  # type: ignore[call-overload]
-        int(v["leader_epoch"]),  # type: ignore[call-overload]
-        str(v["metadata"]),
-        int(v["commit_timestamp"]),  # type: ignore[call-overload]
-    )
 
 
 def state_from_durable(group: Group, assigned: bool) -> GroupState:
@@ -182,7 +164,8 @@ def state_from_durable(group: Group, assigned: bool) -> GroupState:
 
 @dataclass
 class GroupTable:
-    """All groups of one offsets-topic partition, plus the fencing epoch seen in the log."""
+    """All groups of one offsets-topic partition, plus the fencing epoch seen in the log (the
+    :class:`~services.coordinator.log_runtime.ReplayTable` contract)."""
 
     groups: dict[str, Group] = field(default_factory=dict)
     marker_epoch: int = -1
@@ -192,74 +175,100 @@ class GroupTable:
         g = self.groups.get(group_id)
         return None if g is None or g.state is GroupState.DEAD else g
 
+    @staticmethod
+    def decode(key: bytes | None, value: bytes | None, epoch: int) -> rec.Record:
+        """A record read from the offsets topic, typed (raises records.BadRecordError)."""
+        return rec.Record(rec.decode(key, value), epoch)
+
     def current_record(self, key: bytes, epoch: int) -> rec.Record:
         """The record that restates this table's valid value for ``key`` (a tombstone when
         there is none), written under ``epoch``: the owner's repair of a key whose latest
         record in the log is a fenced late write (see records.py)."""
-        d = rec.decode(key, None, epoch)
-        if d.kind == "marker":
+        if key.startswith(rec.MARKER_PREFIX):
             return rec.marker(self.marker_epoch, self.marker_owner)
-        g = self.get(d.group)
-        if d.kind == "offset":
-            o = None if g is None else g.offsets.get((d.topic, d.partition))
-            if o is None:
-                return rec.Record(key, None, epoch)
-            return rec.Record(key, o.value(), epoch)
-        if d.kind == "pending":
-            po = None if g is None else g.pending.get((d.topic, d.partition, d.producer_id))
-            if po is None:
-                return rec.Record(key, None, epoch)
-            return rec.Record(key, po.offset.value(producer_epoch=po.producer_epoch), epoch)
-        if g is None or not g.has_metadata:
-            return rec.Record(key, None, epoch)
-        value = g.durable_value(
-            generation=g.generation,
-            protocol=g.protocol,
-            leader=g.leader,
-            members=list(g.members.values()),
-            assigned=g.state is GroupState.STABLE,
-        )
-        return rec.Record(key, value, epoch)
+        m = rec.decode(key, None)  # the key's tombstone
+        if isinstance(m, rec.EpochMarker):
+            raise rec.BadRecordError(f"bad marker key {key!r}")
+        g = self.get(m.group_id)
+        match m:
+            case rec.OffsetCommit():
+                o = None if g is None else g.offsets.get((m.topic, m.partition))
+                return rec.Record(rec.OffsetCommit(m.group_id, m.topic, m.partition, o), epoch)
+            case rec.PendingOffsetCommit():
+                po = None if g is None else g.pending.get((m.topic, m.partition, m.producer_id))
+                return rec.Record(
+                    rec.PendingOffsetCommit(m.group_id, m.topic, m.partition, m.producer_id, po),
+                    epoch,
+                )
+            case rec.GroupMetadata():
+                if g is None or not g.has_metadata:
+                    return rec.Record(m, epoch)
+                return g.metadata_record(
+                    epoch,
+                    generation=g.generation,
+                    protocol=g.protocol,
+                    leader=g.leader,
+                    members=list(g.members.values()),
+                    assigned=g.state is GroupState.STABLE,
+                )
+            case _:
+                assert_never(m)
 
     def replay(self, key: bytes | None, value: bytes | None, epoch: int, now_ms: int) -> bool:
+        """:meth:`apply` of the record with this key, value and epoch header."""
+        return self.apply(self.decode(key, value, epoch), now_ms)
+
+    def apply(self, record: rec.Record, now_ms: int) -> bool:
         """Apply one record; returns False when it was ignored (fenced: an epoch below the
-        highest marker seen). Raises records.BadRecordError for unparseable records."""
-        d = rec.decode(key, value, epoch)
-        if epoch < self.marker_epoch:
+        highest marker seen). The only way durable group state changes: used by the load
+        replay and, for the records handlers return, once they are read back from the log.
+        ``now_ms`` starts the session timer of a member not seen before."""
+        if record.epoch < self.marker_epoch:
             return False
-        if d.kind == "marker":
-            assert d.value is not None
-            self.marker_epoch = int(d.value["epoch"])  # type: ignore[call-overload]
-            self.marker_owner = int(d.value["coordinator_id"])  # type: ignore[call-overload]
-            return True
-        if d.kind == "offset":
-            g = self.groups.get(d.group)
-            if d.value is None:
-                if g is not None:
-                    g.offsets.pop((d.topic, d.partition), None)
-                    self._drop_if_dead(g)
-                return True
-            if g is None or g.state is GroupState.DEAD:
-                g = self.groups[d.group] = Group(d.group)
-            v = d.value
-            g.offsets[(d.topic, d.partition)] = _offset(v)
-            return True
-        if d.kind == "pending":
-            g = self.groups.get(d.group)
-            pk = (d.topic, d.partition, d.producer_id)
-            if d.value is None:
-                if g is not None:
-                    g.pending.pop(pk, None)
-                    self._drop_if_dead(g)
-                return True
-            if g is None or g.state is GroupState.DEAD:
-                g = self.groups[d.group] = Group(d.group)
-            pe = int(d.value["producer_epoch"])  # type: ignore[call-overload]
-            g.pending[pk] = PendingOffset(_offset(d.value), pe)
-            return True
-        # group metadata
-        if d.value is None:
-            g = self.groups.get(d.group)
+        m = record.message
+        match m:
+            case rec.EpochMarker():
+                self.marker_epoch, self.marker_owner = m.epoch, m.coordinator_id
+            case rec.OffsetCommit():
+                self._apply_offset(m)
+            case rec.PendingOffsetCommit():
+                self._apply_pending(m)
+            case rec.GroupMetadata():
+                self._apply_group(m, now_ms)
+            case _:
+                raise rec.BadRecordError(f"not an offsets-topic record: {m!r}")
+        return True
+
+    def _live(self, group_id: str) -> Group:
+        """The group (a new one when it is absent or Dead)."""
+        g = self.groups.get(group_id)
+        if g is None or g.state is GroupState.DEAD:
+            g = self.groups[group_id] = Group(group_id)
+        return g
+
+    def _apply_offset(self, m: rec.OffsetCommit) -> None:
+        if m.offset is None:
+            g = self.groups.get(m.group_id)
+            if g is not None:
+                g.offsets.pop((m.topic, m.partition), None)
+                self._drop_if_dead(g)
+            return
+        self._live(m.group_id).offsets[(m.topic, m.partition)] = m.offset
+
+    def _apply_pending(self, m: rec.PendingOffsetCommit) -> None:
+        pk = (m.topic, m.partition, m.producer_id)
+        if m.pending is None:
+            g = self.groups.get(m.group_id)
+            if g is not None:
+                g.pending.pop(pk, None)
+                self._drop_if_dead(g)
+            return
+        self._live(m.group_id).pending[pk] = m.pending
+
+    def _apply_group(self, m: rec.GroupMetadata, now_ms: int) -> None:
+        v = m.group
+        if v is None:
+            g = self.groups.get(m.group_id)
             if g is not None:
                 g.members.clear()
                 g.has_metadata = False
@@ -267,36 +276,23 @@ class GroupTable:
                 g.protocol = g.leader = g.protocol_type = ""
                 g.state = GroupState.EMPTY
                 self._drop_if_dead(g)
-            return True
-        g = self.groups.get(d.group)
-        if g is None or g.state is GroupState.DEAD:
-            g = self.groups[d.group] = Group(d.group)
-        v = d.value
+            return
+        g = self._live(m.group_id)
         g.has_metadata = True
-        g.generation = int(v["generation"])  # type: ignore[call-overload]
-        g.protocol_type = str(v["protocol_type"])
-        g.protocol = str(v["protocol"])
-        g.leader = str(v["leader"])
+        g.generation = v.generation
+        g.protocol_type = v.protocol_type
+        g.protocol = v.protocol
+        g.leader = v.leader
         old = g.members
         g.members = {}
-        for mv in v["members"]:  # type: ignore[attr-defined]
-            m = Member(
-                member_id=str(mv["member_id"]),
-                instance_id=str(mv["instance_id"]),
-                client_id=str(mv["client_id"]),
-                session_timeout_ms=int(mv["session_timeout_ms"]),
-                rebalance_timeout_ms=int(mv["rebalance_timeout_ms"]),
-                protocols=[(str(n), rec.unb64(b)) for n, b in mv["protocols"]],
-                assignment=rec.unb64(mv["assignment"]),
-            )
-            prev = old.get(m.member_id)
-            m.last_seen_ms = prev.last_seen_ms if prev is not None else now_ms
-            g.members[m.member_id] = m
-        g.state = state_from_durable(g, bool(v["assigned"]))
+        for mv in v.members:
+            prev = old.get(mv.member_id)
+            seen = prev.last_seen_ms if prev is not None else now_ms
+            g.members[mv.member_id] = Member.from_durable(mv, seen)
+        g.state = state_from_durable(g, v.assigned)
         g.rebalance_deadline_ms = 0
-        for m in g.members.values():
-            m.rejoined = False
-        return True
+        for mm in g.members.values():
+            mm.rejoined = False
 
     def _drop_if_dead(self, g: Group) -> None:
         if not g.has_metadata and not g.offsets and not g.members and not g.pending:

@@ -4,18 +4,21 @@ from the log, a tail reader and a request queue.
 
 :class:`LogRuntime` runs as ONE asyncio task (``<name>-<p>-e<epoch>``) that owns everything
 mutable of the partition: the table, the parked requests and the tail consumer. Other tasks
-talk to it only through :meth:`LogRuntime.submit` (a queue).
+talk to it only through :meth:`LogRuntime.submit` (a queue) of typed requests (a protobuf
+request or an internal dataclass; each type has one handler, registered by type: handlers.py).
 
 Lifecycle:
 
 1. **load**: assign the tail consumer to the partition from the beginning, append an epoch
    marker (acks=all) with the producer, replay every committed record (the consumer only
-   receives records below the high watermark) with ``table.replay`` until the marker itself
-   has been applied; requests submitted meanwhile wait in the queue; then :meth:`_on_loaded`;
-2. **serve**: one request at a time: :meth:`_handle` runs a pure handler to get an
-   :class:`Outcome` and passes it to :meth:`_commit`, which appends the outcome's records
-   (acks=all, one producer, in order), reads the tail until the replayed position passes the
-   last appended offset, then answers (or parks the request under ``Outcome.wait``) and
+   receives records below the high watermark), each decoded to its typed record by
+   ``table.decode`` and applied by ``table.apply``, until the marker itself has been applied;
+   requests submitted meanwhile wait in the queue; then :meth:`_on_loaded`;
+2. **serve**: one request at a time: :meth:`_handle` runs the request type's pure handler to
+   get an :class:`Outcome` and passes it to :meth:`_commit`, which appends the outcome's typed
+   records (acks=all, one producer, in order), reads the tail — the same decode and
+   ``table.apply`` as the load — until the replayed position passes the last appended offset,
+   then answers (or parks the request under ``Outcome.wait``) and
    answers parked requests named in ``Outcome.replies``. Every ``TICK_S``
    :meth:`_periodic` runs (timers) the same way;
 3. **stop** (released by ownership, fenced, or a failed append): :meth:`_on_stop`, then every
@@ -25,10 +28,12 @@ Lifecycle:
    the log: the only safe move is to give the partition up; ownership retakes it with a new
    epoch and reloads).
 
-The table (:class:`ReplayTable`) is the only state that records change: ``replay(key, value,
-epoch, now_ms) -> bool`` (False: a fenced late write, ignored), ``marker_epoch`` /
-``marker_owner`` (the highest epoch marker seen) and ``current_record(key, epoch)`` (the
-record that restates the key's valid value: the repair of a fenced late write, records.py).
+The table (:class:`ReplayTable`) is the only state that records change, and only through
+``apply(record, now_ms) -> bool`` (False: a fenced late write, ignored): ``decode(key, value,
+epoch)`` types a record read from the log, ``marker_epoch`` / ``marker_owner`` are the highest
+epoch marker seen and ``current_record(key, epoch)`` is the record that restates the key's
+valid value (the repair of a fenced late write, records.py). Handlers return durable changes
+as records; what they change in the table directly is its volatile part only (group.py).
 
 Repair invariant: a key is restated only when its LAST record read is a fenced late write
 (a later applied record of the key cancels the repair) and only once the replayed position
@@ -50,22 +55,23 @@ from typing import Any, Generic, Protocol, TypeVar
 from headwater import timeouts
 from headwater.client import AsyncConsumer, AsyncProducer, TopicPartition
 from services.coordinator import records as rec
+from services.coordinator.handlers import PartitionLostError
 from services.coordinator.outcome import Outcome, WaitKey
+
+__all__ = ["LogRuntime", "PartitionLostError", "ReplayTable", "Request"]
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.15
 
 
-class PartitionLostError(Exception):
-    """The partition is no longer served by this runtime (released or fenced)."""
-
-
 class ReplayTable(Protocol):
     marker_epoch: int
     marker_owner: int
 
-    def replay(self, key: bytes | None, value: bytes | None, epoch: int, now_ms: int) -> bool: ...
+    def decode(self, key: bytes | None, value: bytes | None, epoch: int) -> rec.Record: ...
+
+    def apply(self, record: rec.Record, now_ms: int) -> bool: ...
 
     def current_record(self, key: bytes, epoch: int) -> rec.Record: ...
 
@@ -75,8 +81,7 @@ TableT = TypeVar("TableT", bound=ReplayTable)
 
 @dataclass
 class Request:
-    kind: str
-    request: Any
+    request: object  # typed: its type selects its handler
     future: asyncio.Future[Any]
 
 
@@ -114,8 +119,8 @@ class LogRuntime(Generic[TableT]):
 
     # ------------------------------------------------------------ hooks
 
-    def _not_coordinator(self, kind: str, request: Any) -> Any:
-        """The in-band NOT_COORDINATOR answer for ``kind`` (raise PartitionLostError for
+    def _not_coordinator(self, request: object) -> Any:
+        """The in-band NOT_COORDINATOR answer to ``request`` (raise PartitionLostError for
         internal requests)."""
         raise PartitionLostError("not the coordinator")
 
@@ -136,20 +141,20 @@ class LogRuntime(Generic[TableT]):
 
     # ------------------------------------------------------------ other tasks' side
 
-    async def submit(self, kind: str, request: Any) -> Any:
-        """Queue a request for the owning task and wait for its answer."""
+    async def submit(self, request: object) -> Any:
+        """Queue a typed request for the owning task and wait for its answer."""
         if self.stopped:
-            return self._not_coordinator(kind, request)
+            return self._not_coordinator(request)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(Request(kind, request, fut))
+        self._queue.put_nowait(Request(request, fut))
         return await fut
 
-    def post(self, kind: str, request: Any) -> None:
+    def post(self, request: object) -> None:
         """Queue an internal request whose answer nobody waits for."""
         if not self.stopped:
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._queue.put_nowait(Request(kind, request, fut))
+            self._queue.put_nowait(Request(request, fut))
 
     # ------------------------------------------------------------ the owning task
 
@@ -199,7 +204,7 @@ class LogRuntime(Generic[TableT]):
         if r.future.done():
             return
         try:
-            r.future.set_result(self._not_coordinator(r.kind, r.request))
+            r.future.set_result(self._not_coordinator(r.request))
         except PartitionLostError as exc:
             r.future.set_exception(exc)
 
@@ -271,9 +276,8 @@ class LogRuntime(Generic[TableT]):
         assert self._consumer is not None
         for r in await self._consumer.poll(timeout_ms=timeout_ms, max_records=10_000):
             try:
-                applied = self._table.replay(
-                    r.key, r.value, rec.epoch_of(r.headers), int(time.time() * 1000)
-                )
+                record = self._table.decode(r.key, r.value, rec.epoch_of(r.headers))
+                applied = self._table.apply(record, int(time.time() * 1000))
                 if r.key is not None:
                     if applied:
                         self._fenced_keys.discard(r.key)  # a valid later record: no repair

@@ -2,7 +2,7 @@
 
 Each handler returns an :class:`~services.coordinator.outcome.Outcome`; durable changes are
 records only (a group-metadata record per generation change / assignment / static-member id
-replacement), applied later by ``GroupTable.replay``. Volatile changes (rebalance start,
+replacement), applied later by ``GroupTable.apply``. Volatile changes (rebalance start,
 members joining before their generation, heartbeats) are made directly on the table.
 
 Rules (Kafka's classic protocol):
@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
-from services.coordinator import records as rec
 from services.coordinator.group import Group, GroupState, GroupTable, Member
-from services.coordinator.outcome import Ctx, Outcome
+from services.coordinator.outcome import Ctx, Outcome, Wait, WaitKey
 
 MIN_SESSION_TIMEOUT_MS = 100
 MAX_SESSION_TIMEOUT_MS = 1_800_000
@@ -182,10 +181,16 @@ def _replace_static(g: Group, old: Member, new: Member, ctx: Ctx, out: Outcome) 
     """A static member restarted: new member id, same assignment, no rebalance."""
     leader = new.member_id if g.leader == old.member_id else g.leader
     members = [new if mm.member_id == old.member_id else mm for mm in g.members.values()]
-    value = g.durable_value(
-        generation=g.generation, protocol=g.protocol, leader=leader, members=members, assigned=True
+    out.records.append(
+        g.metadata_record(
+            ctx.epoch,
+            generation=g.generation,
+            protocol=g.protocol,
+            leader=leader,
+            members=members,
+            assigned=True,
+        )
     )
-    out.records.append(rec.Record(rec.group_key(g.group_id), value, ctx.epoch))
     resp = pb.JoinGroupResponse(
         generation_id=g.generation,
         protocol_name=g.protocol,
@@ -200,17 +205,17 @@ def _replace_static(g: Group, old: Member, new: Member, ctx: Ctx, out: Outcome) 
 
 
 def _fence(g: Group, member_id: str, out: Outcome) -> None:
-    for kind in ("join", "sync"):
-        out.replies.append(
-            (
-                (kind, g.group_id, member_id),
-                _error_for(kind, ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer instance"),
-            )
-        )
+    _fail_parked(g, member_id, out, ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer instance")
 
 
-def _error_for(kind: str, code: int, msg: str) -> object:
-    if kind == "join":
+def _fail_parked(g: Group, member_id: str, out: Outcome, code: int, msg: str) -> None:
+    """Answer a member's parked JoinGroup and SyncGroup (if any) with an error."""
+    for wait in (Wait.JOIN, Wait.SYNC):
+        out.replies.append((WaitKey(wait, g.group_id, member_id), _error_for(wait, code, msg)))
+
+
+def _error_for(wait: Wait, code: int, msg: str) -> object:
+    if wait is Wait.JOIN:
         return pb.JoinGroupResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
     return pb.SyncGroupResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
 
@@ -220,7 +225,7 @@ def _rejoined(g: Group, m: Member, ctx: Ctx, out: Outcome) -> Outcome:
     prepare_rebalance(g, ctx, out)
     m.rejoined = True
     g.rebalance_deadline_ms = max(g.rebalance_deadline_ms, ctx.now_ms + m.rebalance_timeout_ms)
-    out.wait = ("join", g.group_id, m.member_id)
+    out.wait = WaitKey(Wait.JOIN, g.group_id, m.member_id)
     maybe_complete_join(g, ctx, out)
     return out
 
@@ -232,8 +237,8 @@ def prepare_rebalance(g: Group, ctx: Ctx, out: Outcome) -> None:
         for mid in g.members:  # parked syncs of the aborted generation must rejoin
             out.replies.append(
                 (
-                    ("sync", g.group_id, mid),
-                    _error_for("sync", ErrorCode.REBALANCE_IN_PROGRESS, "rejoin the group"),
+                    WaitKey(Wait.SYNC, g.group_id, mid),
+                    _error_for(Wait.SYNC, ErrorCode.REBALANCE_IN_PROGRESS, "rejoin the group"),
                 )
             )
     g.state = GroupState.PREPARING_REBALANCE
@@ -260,14 +265,20 @@ def complete_join(g: Group, ctx: Ctx, out: Outcome) -> None:
     generation = g.generation + 1
     for m in members:
         m.assignment = b""
-    value = g.durable_value(
-        generation=generation, protocol=protocol, leader=leader, members=members, assigned=False
+    out.records.append(
+        g.metadata_record(
+            ctx.epoch,
+            generation=generation,
+            protocol=protocol,
+            leader=leader,
+            members=members,
+            assigned=False,
+        )
     )
-    out.records.append(rec.Record(rec.group_key(g.group_id), value, ctx.epoch))
     out.rebalances.append((g.group_id, ctx.now_ms - g.rebalance_started_ms))
     for m in members:
         resp = _join_response_raw(members, m.member_id, generation, protocol, leader)
-        out.replies.append((("join", g.group_id, m.member_id), resp))
+        out.replies.append((WaitKey(Wait.JOIN, g.group_id, m.member_id), resp))
 
 
 def _member_list(members: list[Member], protocol: str) -> list[pb.JoinGroupMember]:
@@ -300,10 +311,7 @@ def _join_response(
 
 def _remove(g: Group, member_id: str, out: Outcome, why: str) -> None:
     g.members.pop(member_id, None)
-    for kind in ("join", "sync"):
-        out.replies.append(
-            ((kind, g.group_id, member_id), _error_for(kind, ErrorCode.UNKNOWN_MEMBER_ID, why))
-        )
+    _fail_parked(g, member_id, out, ErrorCode.UNKNOWN_MEMBER_ID, why)
 
 
 def remove_members(g: Group, member_ids: list[str], ctx: Ctx, out: Outcome, why: str) -> None:
@@ -356,7 +364,7 @@ def sync(table: GroupTable, req: pb.SyncGroupRequest, ctx: Ctx) -> Outcome:
         )
     if g.state is GroupState.STABLE:
         return Outcome(response=pb.SyncGroupResponse(assignment=m.assignment))
-    out = Outcome(wait=("sync", g.group_id, m.member_id))
+    out = Outcome(wait=WaitKey(Wait.SYNC, g.group_id, m.member_id))
     if m.member_id != g.leader:
         return out
     given = {a.member_id: bytes(a.assignment) for a in req.assignments}
@@ -371,17 +379,22 @@ def sync(table: GroupTable, req: pb.SyncGroupRequest, ctx: Ctx) -> Outcome:
     members = list(g.members.values())
     for mm in members:
         mm.assignment = given.get(mm.member_id, b"")
-    value = g.durable_value(
-        generation=g.generation,
-        protocol=g.protocol,
-        leader=g.leader,
-        members=members,
-        assigned=True,
+    out.records.append(
+        g.metadata_record(
+            ctx.epoch,
+            generation=g.generation,
+            protocol=g.protocol,
+            leader=g.leader,
+            members=members,
+            assigned=True,
+        )
     )
-    out.records.append(rec.Record(rec.group_key(g.group_id), value, ctx.epoch))
     for mm in members:
         out.replies.append(
-            (("sync", g.group_id, mm.member_id), pb.SyncGroupResponse(assignment=mm.assignment))
+            (
+                WaitKey(Wait.SYNC, g.group_id, mm.member_id),
+                pb.SyncGroupResponse(assignment=mm.assignment),
+            )
         )
     return out
 
@@ -439,7 +452,7 @@ def trigger_rebalance(table: GroupTable, group_id: str, ctx: Ctx) -> Outcome:
     return out
 
 
-def tick(table: GroupTable, ctx: Ctx, parked: set[tuple[str, str, str]]) -> Outcome:
+def tick(table: GroupTable, ctx: Ctx, parked: set[WaitKey]) -> Outcome:
     """Session expiry and rebalance deadlines. ``parked``: keys of requests parked now (a
     member parked in a JoinGroup or SyncGroup is alive)."""
     out = Outcome()
@@ -448,8 +461,8 @@ def tick(table: GroupTable, ctx: Ctx, parked: set[tuple[str, str, str]]) -> Outc
             mid
             for mid, m in g.members.items()
             if ctx.now_ms - m.last_seen_ms > m.session_timeout_ms
-            and ("join", g.group_id, mid) not in parked
-            and ("sync", g.group_id, mid) not in parked
+            and WaitKey(Wait.JOIN, g.group_id, mid) not in parked
+            and WaitKey(Wait.SYNC, g.group_id, mid) not in parked
         ]
         if expired:
             remove_members(g, expired, ctx, out, "session timed out")

@@ -17,7 +17,6 @@ left is tombstoned too (then Dead).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 
 from headwater.v1 import coordinator_pb2 as pb
@@ -61,16 +60,9 @@ def commit(table: GroupTable, req: pb.OffsetCommitRequest, ctx: Ctx) -> Outcome:
         elif len(p.metadata.encode()) > MAX_METADATA_BYTES:
             code, msg = ErrorCode.OFFSET_METADATA_TOO_LARGE, "metadata over 4096 bytes"
         else:
-            value = json.dumps(
-                {
-                    "offset": p.offset,
-                    "leader_epoch": p.leader_epoch,
-                    "metadata": p.metadata,
-                    "commit_timestamp": ctx.now_ms,
-                }
-            ).encode()
-            key = rec.offset_key(req.group_id, p.topic, p.partition)
-            out.records.append(rec.Record(key, value, ctx.epoch))
+            o = rec.Offset(p.offset, p.leader_epoch, p.metadata, ctx.now_ms)
+            committed = rec.OffsetCommit(req.group_id, p.topic, p.partition, o)
+            out.records.append(rec.Record(committed, ctx.epoch))
         resp.partitions.append(
             pb.OffsetCommitPartitionResult(
                 topic=p.topic,
@@ -250,12 +242,12 @@ def delete(table: GroupTable, group_id: str, ctx: Ctx) -> tuple[pb.DeleteGroupsR
             error_message="group has members",
         ), out
     out.records.extend(_tombstones(g, list(g.offsets), ctx))
-    out.records.append(rec.Record(rec.group_key(group_id), None, ctx.epoch))
+    out.records.append(rec.Record(rec.GroupMetadata(group_id, None), ctx.epoch))
     return pb.DeleteGroupsResult(group_id=group_id), out
 
 
 def _tombstones(g: Group, tps: list[tuple[str, int]], ctx: Ctx) -> list[rec.Record]:
-    return [rec.Record(rec.offset_key(g.group_id, t, p), None, ctx.epoch) for t, p in tps]
+    return [rec.Record(rec.OffsetCommit(g.group_id, t, p, None), ctx.epoch) for t, p in tps]
 
 
 def expire(table: GroupTable, ctx: Ctx) -> Outcome:
@@ -272,7 +264,7 @@ def expire(table: GroupTable, ctx: Ctx) -> Outcome:
         out.records.extend(_tombstones(g, old, ctx))
         if len(old) == len(g.offsets):
             if g.has_metadata:
-                out.records.append(rec.Record(rec.group_key(g.group_id), None, ctx.epoch))
+                out.records.append(rec.Record(rec.GroupMetadata(g.group_id, None), ctx.epoch))
             elif not g.offsets:
                 table.groups.pop(g.group_id, None)  # volatile only (pending ids): forget it
     return out

@@ -1,22 +1,38 @@
 """What a request handler returns: records to append, a response, replies to parked requests.
 
 Handlers are pure functions ``(table, request, ctx) -> Outcome``. The runtime
-(:mod:`partition`) appends ``records`` to the owned offsets-topic partition (acks=all), waits
+(log_runtime.py) appends ``records`` to the owned offsets-topic partition (acks=all), waits
 until its tail reader has read them back below the high watermark and applied them with
-``GroupTable.replay``, and only then sends ``response`` (or, when ``wait`` is set, parks the
+``GroupTable.apply``, and only then sends ``response`` (or, when ``wait`` is set, parks the
 request under that key) and delivers ``replies`` to requests parked earlier (JoinGroup and
-SyncGroup are long polls). Parked keys: ``("join" | "sync", group_id, member_id)``.
+SyncGroup are long polls, and so is EndTxn). Parked keys: :class:`WaitKey`.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from services.coordinator import records as rec
 
-WaitKey = tuple[str, str, str]
+
+class Wait(enum.Enum):
+    """What a parked request waits for."""
+
+    JOIN = "JoinGroup"  # the join phase of its group's rebalance to complete
+    SYNC = "SyncGroup"  # the leader's assignment
+    END_TXN = "EndTxn"  # its transaction's markers to be written
+
+
+@dataclass(frozen=True)
+class WaitKey:
+    """The key of a parked request: (what it waits for, group or transactional id, member)."""
+
+    wait: Wait
+    key: str
+    member_id: str = ""
 
 
 @dataclass

@@ -34,8 +34,14 @@ from headwater.v1.errors_pb2 import ErrorCode
 from headwater.v1.metadata_pb2 import BrokerInfo
 from services.coordinator import known_partitions as kp
 from services.coordinator import ownership as own
+from services.coordinator.group_handlers import (
+    DeleteGroup,
+    DescribeGroup,
+    GroupPartitions,
+    not_coordinator,
+)
+from services.coordinator.handlers import PartitionLostError
 from services.coordinator.membership import valid_group_id
-from services.coordinator.runtime import PartitionLostError, not_coordinator
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +87,11 @@ class GroupCoordinatorServicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
             return None
         return o.runtimes.get(own.partition_for(group_id, self.partitions))
 
-    async def _route(self, kind: str, group_id: str, request: Any, route_req: Any = None) -> Any:
+    async def _route(self, group_id: str, request: object) -> Any:
         rt = self._runtime(group_id)
-        payload = request if route_req is None else route_req
         if rt is None:
-            return not_coordinator(kind, payload)
-        return await rt.submit(kind, payload)
+            return not_coordinator(request)
+        return await rt.submit(request)
 
     # ------------------------------------------------------------ RPCs
 
@@ -133,49 +138,49 @@ class GroupCoordinatorServicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
         )
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: Any) -> Any:
-        return await self._route("join", request.group_id, request)
+        return await self._route(request.group_id, request)
 
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: Any) -> Any:
-        return await self._route("sync", request.group_id, request)
+        return await self._route(request.group_id, request)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> Any:
-        return await self._route("heartbeat", request.group_id, request)
+        return await self._route(request.group_id, request)
 
     async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: Any) -> Any:
-        return await self._route("leave", request.group_id, request)
+        return await self._route(request.group_id, request)
 
-    async def _commit(self, kind: str, request: Any) -> Any:
+    async def _commit(self, request: pb.OffsetCommitRequest | pb.TxnOffsetCommitRequest) -> Any:
         """OffsetCommit / TxnOffsetCommit: partitions that do not exist are answered
         UNKNOWN_TOPIC_OR_PARTITION and not written (:mod:`known_partitions`)."""
         if self._runtime(request.group_id) is None:
-            return not_coordinator(kind, request)
+            return not_coordinator(request)
         # Malformed partitions (no topic, negative number) are the runtime's INVALID_REQUEST.
         unknown = await self._known.unknown(
             (p.topic, p.partition) for p in request.partitions if p.topic and p.partition >= 0
         )
         if not unknown:
-            return await self._route(kind, request.group_id, request)
+            return await self._route(request.group_id, request)
         known = kp.split(request, unknown)
         resp = (
-            await self._route(kind, request.group_id, known)
+            await self._route(request.group_id, known)
             if known.partitions
             else pb.OffsetCommitResponse()
         )
         return kp.merge(request, resp, unknown)
 
     async def OffsetCommit(self, request: pb.OffsetCommitRequest, context: Any) -> Any:
-        return await self._commit("commit", request)
+        return await self._commit(request)
 
     async def OffsetFetch(self, request: pb.OffsetFetchRequest, context: Any) -> Any:
-        return await self._route("fetch", request.group_id, request)
+        return await self._route(request.group_id, request)
 
     async def TxnOffsetCommit(self, request: pb.TxnOffsetCommitRequest, context: Any) -> Any:
-        return await self._commit("txn_commit", request)
+        return await self._commit(request)
 
     async def WriteTxnOffsetMarker(
         self, request: pb.WriteTxnOffsetMarkerRequest, context: Any
     ) -> Any:
-        return await self._route("txn_marker", request.group_id, request)
+        return await self._route(request.group_id, request)
 
     async def DescribeGroups(
         self, request: pb.DescribeGroupsRequest, context: Any
@@ -184,22 +189,22 @@ class GroupCoordinatorServicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
         for gid in request.group_ids:
             rt = self._runtime(gid)
             if rt is None:
-                resp.groups.append(not_coordinator("describe", (gid, {})))
+                resp.groups.append(not_coordinator(DescribeGroup(gid)))
                 continue
             try:
-                tps = await rt.submit("tps", gid)
+                tps = await rt.submit(GroupPartitions(gid))
             except PartitionLostError:
-                resp.groups.append(not_coordinator("describe", (gid, {})))
+                resp.groups.append(not_coordinator(DescribeGroup(gid)))
                 continue
             ends = await measure_ends(self._admin, tps)
-            resp.groups.append(await rt.submit("describe", (gid, ends)))
+            resp.groups.append(await rt.submit(DescribeGroup(gid, ends)))
         return resp
 
     async def ListGroups(self, request: pb.ListGroupsRequest, context: Any) -> Any:
         o = self._ownership()
         resp = pb.ListGroupsResponse()
         for rt in list(o.runtimes.values()) if o is not None else []:
-            part = await rt.submit("list", list(request.states))
+            part = await rt.submit(request)
             resp.groups.extend(part.groups)
         return resp
 
@@ -208,7 +213,7 @@ class GroupCoordinatorServicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
     ) -> pb.DeleteGroupsResponse:
         resp = pb.DeleteGroupsResponse()
         for gid in request.group_ids:
-            resp.results.append(await self._route("delete", gid, gid))
+            resp.results.append(await self._route(gid, DeleteGroup(gid)))
         return resp
 
 

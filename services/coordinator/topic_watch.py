@@ -7,7 +7,7 @@ Split (pure / I/O):
   rebalance and what to remember next;
 * :func:`watch_partition_counts` — the task ``coordinator-topic-watch``: every
   ``interval_s`` reads broker Metadata (topic -> partition count), takes a snapshot of every
-  loaded owned partition, and submits ``"rebalance"`` (``membership.trigger_rebalance``) to
+  loaded owned partition, and submits ``TriggerRebalance`` (``membership.trigger_rebalance``) to
   the partition runtime owning each group that needs it. It owns ``seen`` (group -> topic ->
   count); nothing else touches it.
 
@@ -39,9 +39,9 @@ from typing import Any
 
 from headwater import errors
 from headwater.client import AsyncAdminClient
+from services.coordinator.group_handlers import GroupSnapshot, SnapshotGroups, TriggerRebalance
 from services.coordinator.log_runtime import LogRuntime, PartitionLostError
 from services.coordinator.ownership import Ownership
-from services.coordinator.runtime import GroupSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ async def watch_partition_counts(
             if not rt.loaded.is_set():
                 continue
             try:
-                for s in await rt.submit("snapshot", None):
+                for s in await rt.submit(SnapshotGroups()):
                     snaps.append(_topics_of(s))
                     owner[s.group_id] = rt
             except PartitionLostError:
@@ -138,7 +138,7 @@ async def watch_partition_counts(
         for group_id in trigger:
             rt = owner[group_id]
             try:
-                await rt.submit("rebalance", group_id)
+                await rt.submit(TriggerRebalance(group_id))
             except PartitionLostError:
                 new_seen.pop(group_id, None)  # the new owner decides
                 continue

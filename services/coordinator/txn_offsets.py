@@ -23,7 +23,7 @@ from __future__ import annotations
 from headwater.v1 import coordinator_pb2 as pb
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator import records as rec
-from services.coordinator.group import GroupState, GroupTable, Offset
+from services.coordinator.group import GroupState, GroupTable
 from services.coordinator.membership import valid_group_id
 from services.coordinator.offsets import MAX_METADATA_BYTES
 from services.coordinator.outcome import Ctx, Outcome
@@ -69,11 +69,12 @@ def txn_commit(table: GroupTable, req: pb.TxnOffsetCommitRequest, ctx: Ctx) -> O
         elif len(p.metadata.encode()) > MAX_METADATA_BYTES:
             code, msg = ErrorCode.OFFSET_METADATA_TOO_LARGE, "metadata over 4096 bytes"
         else:
-            o = Offset(p.offset, p.leader_epoch, p.metadata, ctx.now_ms)
-            key = rec.pending_key(req.group_id, p.topic, p.partition, req.producer_id)
-            out.records.append(
-                rec.Record(key, o.value(producer_epoch=req.producer_epoch), ctx.epoch)
+            po = rec.PendingOffset(
+                rec.Offset(p.offset, p.leader_epoch, p.metadata, ctx.now_ms), req.producer_epoch
             )
+            pid = req.producer_id
+            pending = rec.PendingOffsetCommit(req.group_id, p.topic, p.partition, pid, po)
+            out.records.append(rec.Record(pending, ctx.epoch))
         resp.partitions.append(
             pb.OffsetCommitPartitionResult(
                 topic=p.topic, partition=p.partition, error_code=code, error_message=msg
@@ -98,9 +99,8 @@ def txn_marker(table: GroupTable, req: pb.WriteTxnOffsetMarkerRequest, ctx: Ctx)
         if pid != req.producer_id or po.producer_epoch >= req.producer_epoch:
             continue
         if req.committed and po.producer_epoch == req.producer_epoch - 1:
-            key = rec.offset_key(req.group_id, topic, p)
-            out.records.append(rec.Record(key, po.offset.value(), ctx.epoch))
-        out.records.append(
-            rec.Record(rec.pending_key(req.group_id, topic, p, pid), None, ctx.epoch)
-        )
+            committed = rec.OffsetCommit(req.group_id, topic, p, po.offset)
+            out.records.append(rec.Record(committed, ctx.epoch))
+        resolved = rec.PendingOffsetCommit(req.group_id, topic, p, pid, None)
+        out.records.append(rec.Record(resolved, ctx.epoch))
     return out

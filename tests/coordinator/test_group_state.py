@@ -9,6 +9,7 @@ from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator import membership
 from services.coordinator import records as rec
 from services.coordinator.group import GroupState, GroupTable
+from services.coordinator.outcome import Wait, WaitKey
 from tests.coordinator.harness import PARKED, Harness
 
 pytestmark = pytest.mark.fast
@@ -29,13 +30,13 @@ def stable_pair(h: Harness) -> tuple[str, str, int]:
     ra = h.join(G, a)
     assert ra.generation_id == 2 and ra.leader == a
     assert {m.member_id for m in ra.members} == {a, b}
-    rb = h.take(("join", G, b))
+    rb = h.take(WaitKey(Wait.JOIN, G, b))
     assert rb.generation_id == 2 and rb.leader == a and not rb.members
     assert h.table.groups[G].state is GroupState.COMPLETING_REBALANCE
     assert h.sync(G, b, 2) is PARKED
     ra_sync = h.sync(G, a, 2, {a: b"A2", b: b"B2"})
     assert ra_sync.assignment == b"A2"
-    assert h.take(("sync", G, b)).assignment == b"B2"
+    assert h.take(WaitKey(Wait.SYNC, G, b)).assignment == b"B2"
     assert h.table.groups[G].state is GroupState.STABLE
     return a, b, 2
 
@@ -83,7 +84,7 @@ def test_rebalance_timeout_drops_members_that_did_not_rejoin() -> None:
     assert h.join(G, a) is PARKED
     h.now += 31_000
     h.tick()
-    rc = h.take(("join", G, c))
+    rc = h.take(WaitKey(Wait.JOIN, G, c))
     assert rc.generation_id == gen + 1
     assert set(h.table.groups[G].members) == {a, c}
 
@@ -207,11 +208,11 @@ def test_replay_rebuilds_the_live_state() -> None:
 def test_replay_ignores_records_of_a_deposed_owner() -> None:
     t = GroupTable()
     t.replay(rec.marker(3, 2).key, rec.marker(3, 2).value, 3, 0)
-    old = rec.Record(rec.offset_key("g", "t", 0), b'{"offset": 1, "leader_epoch": -1, '
-                     b'"metadata": "", "commit_timestamp": 0}', 2)  # fmt: skip
-    assert not t.replay(old.key, old.value, old.epoch, 0)
+    key = b"o\x00g\x00t\x000"
+    value = b'{"offset": 1, "leader_epoch": -1, "metadata": "", "commit_timestamp": 0}'
+    assert not t.replay(key, value, 2, 0)
     assert t.get("g") is None
-    assert t.replay(old.key, old.value, 3, 0)
+    assert t.replay(key, value, 3, 0)
     assert t.groups["g"].offsets[("t", 0)].offset == 1
     assert t.marker_epoch == 3 and t.marker_owner == 2
 
@@ -231,13 +232,9 @@ def test_repair_keeps_committed_offsets_through_compaction_of_a_fenced_late_writ
     but compaction keeps the latest record per key: unrepaired, it shadows the valid offset
     and a later replay loses it. The owner restates the key (current_record) and the
     compacted log replays to the valid value."""
-    import json
-
-    from services.coordinator.group import GroupTable
 
     def offset_rec(value: int, epoch: int) -> rec.Record:
-        body = {"offset": value, "leader_epoch": -1, "metadata": "", "commit_timestamp": 1}
-        return rec.Record(rec.offset_key("g", "t", 0), json.dumps(body).encode(), epoch)
+        return rec.Record(rec.OffsetCommit("g", "t", 0, rec.Offset(value, -1, "", 1)), epoch)
 
     def replay_all(records: list[rec.Record]) -> GroupTable:
         t = GroupTable()
@@ -252,14 +249,14 @@ def test_repair_keeps_committed_offsets_through_compaction_of_a_fenced_late_writ
     log = [rec.marker(1, 1), offset_rec(10, 1), rec.marker(2, 2)]
     owner = replay_all(log)
     late = offset_rec(99, 1)  # coordinator 1 did not know it was deposed
-    assert not owner.replay(late.key, late.value, late.epoch, 0)
+    assert not owner.apply(late, 0)
     log.append(late)
 
     unrepaired = replay_all(compact(log))
     assert unrepaired.get("g") is None or ("t", 0) not in unrepaired.get("g").offsets  # type: ignore[union-attr]
 
     repair = owner.current_record(late.key, 2)
-    assert owner.replay(repair.key, repair.value, repair.epoch, 0)
+    assert owner.apply(repair, 0)
     log.append(repair)
     for records in (log, compact(log)):
         g = replay_all(records).get("g")

@@ -27,51 +27,12 @@ from services.coordinator.outcome import Outcome
 from services.coordinator.txn import handlers as h
 from services.coordinator.txn.runtime import TxnRuntime
 from services.coordinator.txn.state import TxnMetadata, TxnState, TxnTable, txn_key
+from tests.coordinator.fake_log import FakeLog, FakeProducer, OneAtATimeConsumer
 
 pytestmark = pytest.mark.fast
 
 TID = "copier-1"
 OLD, NEW = 2, 3  # the deposed owner's and the new owner's ownership epochs
-
-
-class FakeLog:
-    """The partition: appends get the next offset at once (a committed append)."""
-
-    def __init__(self) -> None:
-        self.records: list[ConsumerRecord] = []
-
-    def append(self, r: rec.Record) -> int:
-        off = len(self.records)
-        self.records.append(ConsumerRecord("t", 0, off, 0, r.key, r.value, tuple(r.headers)))
-        return off
-
-
-class _Md:
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
-
-
-class FakeProducer:
-    def __init__(self, log: FakeLog) -> None:
-        self.log = log
-
-    async def send(self, topic: str, value: Any, key: Any, **kw: Any) -> asyncio.Future[Any]:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        fut.set_result(_Md(self.log.append(rec.Record(key, value, int(kw["headers"][0][1])))))
-        return fut
-
-
-class OneAtATimeConsumer:
-    def __init__(self, log: FakeLog) -> None:
-        self.log = log
-        self.position = 0
-
-    async def poll(self, timeout_ms: int = 0, max_records: int = 0) -> list[ConsumerRecord]:
-        if self.position >= len(self.log.records):
-            await asyncio.sleep(0)
-            return []
-        self.position += 1
-        return [self.log.records[self.position - 1]]
 
 
 class FakeMarkers:
@@ -174,13 +135,13 @@ def test_a_prepare_without_marker_task_is_restarted_by_init_producer_id() -> Non
         req = tpb.InitProducerIdRequest(
             transactional_id=TID, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
         )
-        await rt._handle(Request("init", req, fut))
+        await rt._handle(Request(req, fut))
         assert fut.result().error_code == ErrorCode.CONCURRENT_TRANSACTIONS
         _, task = rt._jobs[TID]
         assert await task is True
         assert markers.written == [h.job_of(prepared())]
         posted = rt._queue.get_nowait()
-        assert (posted.kind, posted.request) == ("complete", h.job_of(prepared()))
+        assert posted.request == h.job_of(prepared())
         await rt._handle(posted)
         assert rt._table.txns[TID].state is TxnState.COMPLETE_COMMIT
         assert TID not in rt._jobs

@@ -34,9 +34,9 @@ class TxnHarness:
         self.log.append((r.key, r.value, r.epoch))
         self.table.replay(r.key, r.value, r.epoch, self.now)
 
-    def ctx(self, kind: str = "", tid: str = TID) -> h.TxnCtx:
+    def ctx(self, request: object = None) -> h.TxnCtx:
         pid = -1
-        if kind and h.needs_new_pid(self.table, kind, tid):
+        if request is not None and h.needs_new_pid(self.table, request):
             pid, self.next_pid = self.next_pid, self.next_pid + 1
         return h.TxnCtx(
             now_ms=self.now, epoch=self.epoch, max_timeout_ms=60_000, new_producer_id=pid
@@ -54,36 +54,40 @@ class TxnHarness:
             return "parked"
         return out.response
 
+    def send(self, request: object) -> Any:
+        """``request`` to its handler, found by its type, as the runtime does."""
+        return self.apply(h.HANDLERS.handle(self.table, request, self.ctx(request)))
+
     def init(self, tid: str = TID, timeout_ms: int = 10_000, pid: int = -1, epoch: int = -1) -> Any:
         req = tpb.InitProducerIdRequest(
             transactional_id=tid, transaction_timeout_ms=timeout_ms, producer_id=pid,
             producer_epoch=epoch,
         )  # fmt: skip
-        return self.apply(h.init_producer_id(self.table, req, self.ctx("init", tid)))
+        return self.send(req)
 
     def add(self, pid: int, epoch: int, *tps: tuple[str, int], tid: str = TID) -> Any:
         req = tpb.AddPartitionsToTxnRequest(
             transactional_id=tid, producer_id=pid, producer_epoch=epoch,
             partitions=[tpb.TxnTopicPartitions(topic=t, partitions=[p]) for t, p in tps],
         )  # fmt: skip
-        return self.apply(h.add_partitions(self.table, req, self.ctx()))
+        return self.send(req)
 
     def add_group(self, pid: int, epoch: int, group: str, tid: str = TID) -> Any:
         req = tpb.AddOffsetsToTxnRequest(
             transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group
         )
-        return self.apply(h.add_offsets(self.table, req, self.ctx()))
+        return self.send(req)
 
     def end(self, pid: int, epoch: int, commit: bool, tid: str = TID) -> Any:
         req = tpb.EndTxnRequest(
             transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit
         )
-        return self.apply(h.end_txn(self.table, req, self.ctx("end", tid)))
+        return self.send(req)
 
     def markers_done(self) -> None:
         jobs, self.jobs = self.jobs, []
         for job in jobs:
-            self.apply(h.complete(self.table, job, self.ctx()))
+            self.send(job)
 
     def meta(self, tid: str = TID) -> TxnMetadata:
         return self.table.txns[tid]

@@ -3,9 +3,11 @@
 Runs in every coordinator process next to the group coordinator, on the same machinery
 (log_runtime.py, ownership.py) over the compacted internal topic ``__transaction_state``:
 
-    state.py      TxnState, TxnMetadata (the record value layout), TxnTable.replay
+    state.py      TxnState, TxnMetadata (the record value layout), TransactionRecord,
+                  TxnTable.apply (the one way the table changes, at load and at run time)
     handlers.py   the pure state machine: InitProducerId, AddPartitionsToTxn,
-                  AddOffsetsToTxn, EndTxn, complete, timeout tick, Describe/List
+                  AddOffsetsToTxn, EndTxn, complete, timeout tick, Describe/List, each
+                  registered by its request type in HANDLERS
     markers.py    MarkerWriter: Broker.WriteTxnMarkers to partition leaders and
                   GroupCoordinator.WriteTxnOffsetMarker to group coordinators, retried
     runtime.py    TxnRuntime: one task per owned partition + one marker task per

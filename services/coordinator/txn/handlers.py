@@ -10,12 +10,16 @@ they are durable. Transitions (docs/transactions.md)::
 
 Epochs (KIP-890): Prepare* moves ``producer_epoch`` to the transaction's epoch + 1 (the
 markers' epoch) and records the transaction's own epoch as ``last_producer_epoch``; EndTxn is
-parked under ``("end", transactional_id, "")`` and answered by :func:`complete` with the
+parked under ``WaitKey(Wait.END_TXN, transactional_id)`` and answered by :func:`complete` with the
 bumped epoch. Requests at any other epoch than the current get PRODUCER_FENCED and change
 nothing, except an EndTxn retried at ``last_producer_epoch``: CONCURRENT_TRANSACTIONS while
 the same transaction is still Prepare*, success when it completed the same way. Producer ids
 come pre-allocated in ``TxnCtx.new_producer_id`` (:func:`needs_new_pid` tells the runtime when
 one is needed: a new transactional.id, or an epoch that would pass ``MAX_EPOCH``).
+
+Requests are typed — the RPCs' protobuf requests, and the internal :class:`MarkerJob` (its
+markers are written: :func:`complete`) — and each type's handler is registered in
+:data:`HANDLERS` (services/coordinator/handlers.py) with its in-band error answer.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from dataclasses import dataclass
 
 from headwater.v1 import transaction_pb2 as tpb
 from headwater.v1.errors_pb2 import ErrorCode
-from services.coordinator.outcome import Outcome, WaitKey
+from services.coordinator.handlers import Registry, whole
+from services.coordinator.outcome import Outcome, Wait, WaitKey
 from services.coordinator.txn.state import MAX_EPOCH, TxnMetadata, TxnState, TxnTable
 
 #: The transaction timeout of an InitProducerId that leaves transaction_timeout_ms 0 (Kafka's
@@ -59,15 +64,18 @@ Result = tuple[Outcome, list[MarkerJob]]
 
 
 def end_key(txn_id: str) -> WaitKey:
-    return ("end", txn_id, "")
+    return WaitKey(Wait.END_TXN, txn_id)
 
 
-def needs_new_pid(table: TxnTable, kind: str, txn_id: str) -> bool:
-    meta = table.txns.get(txn_id)
-    if kind == "init":
-        return meta is None or meta.producer_epoch + 2 > MAX_EPOCH
-    if kind == "end":
-        return meta is not None and meta.producer_epoch + 1 >= MAX_EPOCH
+def needs_new_pid(table: TxnTable, request: object) -> bool:
+    """Whether the handler of ``request`` needs ``TxnCtx.new_producer_id`` allocated."""
+    match request:
+        case tpb.InitProducerIdRequest():
+            meta = table.txns.get(request.transactional_id)
+            return meta is None or meta.producer_epoch + 2 > MAX_EPOCH
+        case tpb.EndTxnRequest():
+            meta = table.txns.get(request.transactional_id)
+            return meta is not None and meta.producer_epoch + 1 >= MAX_EPOCH
     return False
 
 
@@ -274,7 +282,7 @@ def tick(table: TxnTable, ctx: TxnCtx) -> Result:
     for meta in list(table.txns.values()):
         if meta.state is TxnState.ONGOING and meta.start_ms + meta.timeout_ms <= ctx.now_ms:
             if meta.producer_epoch + 1 >= MAX_EPOCH and ctx.new_producer_id < 0:
-                continue  # the runtime allocates an id first (needs_new_pid "end")
+                continue  # the runtime allocates an id first (as needs_new_pid of an EndTxn)
             new, job = _prepare(meta, False, ctx)
             out.records.append(new.record(ctx.epoch))
             jobs.append(job)
@@ -322,3 +330,42 @@ def list_txns(table: TxnTable, states: Iterable[int]) -> list[tpb.ListedTransact
         for tid, m in sorted(table.txns.items())
         if not wanted or m.state.proto in wanted
     ]
+
+
+def _describe(table: TxnTable, req: tpb.DescribeTransactionsRequest, ctx: TxnCtx) -> Result:
+    return Outcome(response=[describe(table, tid) for tid in req.transactional_ids]), []
+
+
+def _list(table: TxnTable, req: tpb.ListTransactionsRequest, ctx: TxnCtx) -> Result:
+    txns = list_txns(table, req.states)
+    return Outcome(response=tpb.ListTransactionsResponse(transactions=txns)), []
+
+
+#: The requests of a producer's transaction: after each, the runtime makes sure a Prepare*
+#: transaction has its marker task (txn/runtime.py).
+TXN_REQUESTS = (
+    tpb.InitProducerIdRequest,
+    tpb.AddPartitionsToTxnRequest,
+    tpb.AddOffsetsToTxnRequest,
+    tpb.EndTxnRequest,
+)
+
+HANDLERS: Registry[TxnTable, TxnCtx, Result] = Registry("transaction coordinator")
+HANDLERS.add(tpb.InitProducerIdRequest, init_producer_id, whole(tpb.InitProducerIdResponse))
+HANDLERS.add(tpb.AddPartitionsToTxnRequest, add_partitions, whole(tpb.AddPartitionsToTxnResponse))
+HANDLERS.add(tpb.AddOffsetsToTxnRequest, add_offsets, whole(tpb.AddOffsetsToTxnResponse))
+HANDLERS.add(tpb.EndTxnRequest, end_txn, whole(tpb.EndTxnResponse))
+HANDLERS.add(
+    tpb.DescribeTransactionsRequest,
+    _describe,
+    lambda r, code, _m: [
+        tpb.DescribedTransaction(transactional_id=t, error_code=code)  # type: ignore[arg-type]
+        for t in r.transactional_ids
+    ],
+)
+HANDLERS.add(
+    tpb.ListTransactionsRequest,
+    _list,
+    lambda _r, code, _m: tpb.ListTransactionsResponse(error_code=code),  # type: ignore[arg-type]
+)
+HANDLERS.add(MarkerJob, complete)  # internal: posted by the marker task when it is done

@@ -2,17 +2,19 @@
 
 :class:`TxnRuntime` is a :class:`~services.coordinator.log_runtime.LogRuntime` (one task per
 owned partition: epoch marker, replay, append-then-read-back before answering, fencing) whose
-table is a :class:`TxnTable` and whose requests are the transaction coordinator's (kinds
-``init``, ``add_partitions``, ``add_offsets``, ``end``, ``describe``, ``list``, and the
-internal ``complete``). Handlers are pure (txn/handlers.py); producer ids they need are
-allocated here first (``ProducerIdAllocator``, etcd).
+table is a :class:`TxnTable` and whose requests are the transaction coordinator's (the
+protobuf requests of InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+DescribeTransactions and ListTransactions, and the internal ``MarkerJob`` of a completed
+marker task). Handlers are pure and registered by request type (``txn.handlers.HANDLERS``);
+producer ids they need are allocated here first (``ProducerIdAllocator``, etcd).
 
 Marker tasks (``txn-markers-<transactional id>``, at most one per id) are started by this
 task after a Prepare* record is durable — by EndTxn, by a fencing InitProducerId, by the
 timeout tick, and at load for every Prepare* transaction replayed — and run
-:meth:`MarkerWriter.write`; when it returns they ``post`` a ``complete`` request back to this
-task, which persists Complete* and answers the parked EndTxn. They touch no state of the
-runtime and are cancelled when it stops (the next owner restarts them from the log).
+:meth:`MarkerWriter.write`; when it returns they ``post`` their ``MarkerJob`` back to this
+task, whose handler (``complete``) persists Complete* and answers the parked EndTxn. They
+touch no state of the runtime and are cancelled when it stops (the next owner restarts them
+from the log).
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ from typing import Any
 from headwater.client import AsyncProducer
 from headwater.platform import etcd as hetcd
 from headwater.platform.producer_ids import ProducerIdAllocator
-from headwater.v1 import transaction_pb2 as tpb
 from headwater.v1.errors_pb2 import ErrorCode
-from services.coordinator.log_runtime import LogRuntime, PartitionLostError, Request
+from services.coordinator.log_runtime import LogRuntime, Request
 from services.coordinator.outcome import Outcome
 from services.coordinator.txn import handlers as h
 from services.coordinator.txn.markers import MarkerWriter
@@ -39,28 +40,10 @@ log = logging.getLogger(__name__)
 TXN_TOPIC = "__transaction_state"
 
 
-def txn_error(kind: str, code: int, msg: str) -> Any:
-    """An in-band error answer for a request of ``kind``."""
-    if kind == "init":
-        return tpb.InitProducerIdResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
-    if kind == "add_partitions":
-        return tpb.AddPartitionsToTxnResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
-    if kind == "add_offsets":
-        return tpb.AddOffsetsToTxnResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
-    if kind == "end":
-        return tpb.EndTxnResponse(error_code=code, error_message=msg)  # type: ignore[arg-type]
-    if kind == "list":
-        return tpb.ListTransactionsResponse(error_code=code)  # type: ignore[arg-type]
-    raise PartitionLostError(msg)
-
-
-def not_coordinator(kind: str, request: Any) -> Any:
-    if kind == "describe":
-        return [
-            tpb.DescribedTransaction(transactional_id=t, error_code=ErrorCode.NOT_COORDINATOR)
-            for t in request
-        ]
-    return txn_error(kind, ErrorCode.NOT_COORDINATOR, "not the transaction coordinator")
+def not_coordinator(request: object) -> Any:
+    """The in-band NOT_COORDINATOR answer to ``request`` (raises PartitionLostError for an
+    internal one)."""
+    return h.HANDLERS.error(request, ErrorCode.NOT_COORDINATOR, "not the transaction coordinator")
 
 
 class TxnRuntime(LogRuntime[TxnTable]):
@@ -94,11 +77,13 @@ class TxnRuntime(LogRuntime[TxnTable]):
         self._markers = markers
         self._max_timeout_ms = max_timeout_ms
         self._jobs: dict[str, tuple[h.MarkerJob, asyncio.Task[bool]]] = {}
+        self._handlers = h.HANDLERS.copy()
+        self._handlers.replace(h.MarkerJob, self._complete)
 
     # ------------------------------------------------------------ hooks
 
-    def _not_coordinator(self, kind: str, request: Any) -> Any:
-        return not_coordinator(kind, request)
+    def _not_coordinator(self, request: object) -> Any:
+        return not_coordinator(request)
 
     def _summary(self) -> str:
         return f"{len(self._table.txns)} transactional ids"
@@ -121,8 +106,8 @@ class TxnRuntime(LogRuntime[TxnTable]):
             new_producer_id=new_pid,
         )
 
-    async def _new_pid(self, kind: str, txn_id: str) -> int:
-        return await self._allocator.next_id() if h.needs_new_pid(self._table, kind, txn_id) else -1
+    async def _new_pid(self, request: object) -> int:
+        return await self._allocator.next_id() if h.needs_new_pid(self._table, request) else -1
 
     async def _periodic(self) -> None:
         now = int(time.time() * 1000)
@@ -145,45 +130,34 @@ class TxnRuntime(LogRuntime[TxnTable]):
             self._start(job)
 
     async def _handle(self, req: Request) -> None:
-        t, r, kind = self._table, req.request, req.kind
-        jobs: list[h.MarkerJob] = []
-        if kind in ("init", "end"):
-            try:
-                pid = await self._new_pid(kind, r.transactional_id)
-            except hetcd.EtcdError as exc:
-                msg = f"producer id allocation failed: {exc}"
-                await self._commit(
-                    Outcome(response=txn_error(kind, ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)), req
-                )
-                return
-            handler = h.init_producer_id if kind == "init" else h.end_txn
-            out, jobs = handler(t, r, self._ctx(pid))
-        elif kind == "add_partitions":
-            out, jobs = h.add_partitions(t, r, self._ctx())
-        elif kind == "add_offsets":
-            out, jobs = h.add_offsets(t, r, self._ctx())
-        elif kind == "complete":
-            out, jobs = h.complete(t, r, self._ctx())
-            running = self._jobs.get(r.transactional_id)
-            if running is not None and running[0] == r:
-                self._jobs.pop(r.transactional_id, None)
-            if not out.records:
-                meta = t.txns.get(r.transactional_id)
-                log.warning(
-                    "txn %s: completion of %s dropped: the table holds %s",
-                    r.transactional_id, r, meta,
-                )  # fmt: skip
-        elif kind == "describe":
-            out = Outcome(response=[h.describe(t, tid) for tid in r])
-        elif kind == "list":
-            out = Outcome(response=tpb.ListTransactionsResponse(transactions=h.list_txns(t, r)))
-        else:
-            raise ValueError(f"unknown request kind {kind!r}")
+        r = req.request
+        try:
+            pid = await self._new_pid(r)
+        except hetcd.EtcdError as exc:
+            msg = f"producer id allocation failed: {exc}"
+            answer = self._handlers.error(r, ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)
+            await self._commit(Outcome(response=answer), req)
+            return
+        out, jobs = self._handlers.handle(self._table, r, self._ctx(pid))
         await self._commit(out, req)
         for job in jobs:
             self._start(job)
-        if kind in ("init", "end", "add_partitions", "add_offsets"):
+        if isinstance(r, h.TXN_REQUESTS):
             self._ensure_job(r.transactional_id)
+
+    def _complete(self, table: TxnTable, job: h.MarkerJob, ctx: h.TxnCtx) -> h.Result:
+        """The handler of a finished marker task's job: ``complete``, and forget the task."""
+        out, jobs = h.complete(table, job, ctx)
+        running = self._jobs.get(job.transactional_id)
+        if running is not None and running[0] == job:
+            self._jobs.pop(job.transactional_id, None)
+        if not out.records:
+            meta = table.txns.get(job.transactional_id)
+            log.warning(
+                "txn %s: completion of %s dropped: the table holds %s",
+                job.transactional_id, job, meta,
+            )  # fmt: skip
+        return out, jobs
 
     # ------------------------------------------------------------ marker tasks
 
@@ -220,7 +194,7 @@ class TxnRuntime(LogRuntime[TxnTable]):
             log.exception("txn %s: marker task failed", job.transactional_id)
             return False
         with contextlib.suppress(RuntimeError):
-            self.post("complete", job)
+            self.post(job)
         return True
 
 

@@ -19,8 +19,9 @@ from headwater.v1 import transaction_pb2 as tpb
 from headwater.v1 import transaction_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 from services.coordinator import ownership as own
-from services.coordinator.log_runtime import PartitionLostError
-from services.coordinator.txn.runtime import not_coordinator, txn_error
+from services.coordinator.handlers import PartitionLostError
+from services.coordinator.txn.handlers import HANDLERS
+from services.coordinator.txn.runtime import not_coordinator
 
 
 class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinatorServicer):
@@ -36,28 +37,28 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
             return None
         return o.runtimes.get(own.partition_for(txn_id, self.partitions))
 
-    async def _route(self, kind: str, txn_id: str, request: Any) -> Any:
+    async def _route(self, txn_id: str, request: object) -> Any:
         if not txn_id or "\x00" in txn_id:
-            return txn_error(kind, ErrorCode.INVALID_REQUEST, "invalid transactional_id")
+            return HANDLERS.error(request, ErrorCode.INVALID_REQUEST, "invalid transactional_id")
         rt = self._runtime(txn_id)
         if rt is None:
-            return not_coordinator(kind, request)
+            return not_coordinator(request)
         try:
-            return await rt.submit(kind, request)
+            return await rt.submit(request)
         except PartitionLostError:
-            return not_coordinator(kind, request)
+            return not_coordinator(request)
 
     async def InitProducerId(self, request: tpb.InitProducerIdRequest, context: Any) -> Any:
-        return await self._route("init", request.transactional_id, request)
+        return await self._route(request.transactional_id, request)
 
     async def AddPartitionsToTxn(self, request: tpb.AddPartitionsToTxnRequest, context: Any) -> Any:
-        return await self._route("add_partitions", request.transactional_id, request)
+        return await self._route(request.transactional_id, request)
 
     async def AddOffsetsToTxn(self, request: tpb.AddOffsetsToTxnRequest, context: Any) -> Any:
-        return await self._route("add_offsets", request.transactional_id, request)
+        return await self._route(request.transactional_id, request)
 
     async def EndTxn(self, request: tpb.EndTxnRequest, context: Any) -> Any:
-        return await self._route("end", request.transactional_id, request)
+        return await self._route(request.transactional_id, request)
 
     async def DescribeTransactions(
         self, request: tpb.DescribeTransactionsRequest, context: Any
@@ -73,7 +74,8 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
                     )
                 )
                 continue
-            resp.transactions.extend(await rt.submit("describe", [tid]))
+            one = tpb.DescribeTransactionsRequest(transactional_ids=[tid])
+            resp.transactions.extend(await rt.submit(one))
         return resp
 
     async def ListTransactions(
@@ -83,7 +85,7 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
         resp = tpb.ListTransactionsResponse()
         for rt in list(o.runtimes.values()) if o is not None else []:
             try:
-                part = await rt.submit("list", list(request.states))
+                part = await rt.submit(request)
             except PartitionLostError:
                 continue
             resp.transactions.extend(part.transactions)

@@ -14,8 +14,11 @@ now; Prepare*/Complete* records carry the epoch bumped at the end of the transac
 markers' epoch) and ``last_producer_epoch`` the transaction's own epoch (docs/transactions.md,
 KIP-890). ``next_producer_id`` is -1 unless the bumped epoch reached ``MAX_EPOCH``: the
 Complete* record then moves the id to it at epoch 0. Fencing of a deposed owner's late writes
-and their repair work exactly as in the offsets topic (records.py): replay ignores a record
+and their repair work exactly as in the offsets topic (records.py): apply ignores a record
 whose epoch header is below the highest marker seen.
+
+Typed: a record is a :class:`TransactionRecord` (or the shared ``records.EpochMarker``) and
+:meth:`TxnTable.apply` is the only way the table changes — at load and at run time alike.
 
 Owned by one asyncio task per ``__transaction_state`` partition (txn/runtime.py).
 """
@@ -105,26 +108,42 @@ class TxnMetadata:
         ).encode()
 
     def record(self, epoch: int) -> rec.Record:
-        return rec.Record(txn_key(self.transactional_id), self.value(), epoch)
+        return rec.Record(TransactionRecord(self.transactional_id, self), epoch)
 
     @staticmethod
     def from_value(txn_id: str, raw: bytes) -> TxnMetadata:
-        v = json.loads(raw)
-        if not isinstance(v, dict):
-            raise rec.BadRecordError(f"bad transaction value for {txn_id!r}")
-        return TxnMetadata(
-            transactional_id=txn_id,
-            producer_id=int(v["producer_id"]),
-            producer_epoch=int(v["producer_epoch"]),
-            last_producer_epoch=int(v["last_producer_epoch"]),
-            next_producer_id=int(v.get("next_producer_id", -1)),
-            timeout_ms=int(v["timeout_ms"]),
-            state=TxnState(v["state"]),
-            partitions=frozenset((str(t), int(p)) for t, p in v["partitions"]),
-            groups=frozenset(str(g) for g in v["groups"]),
-            start_ms=int(v["start_ms"]),
-            update_ms=int(v["update_ms"]),
-        )
+        v = rec.json_object(txn_key(txn_id), raw)
+        assert v is not None
+        try:
+            return TxnMetadata(
+                transactional_id=txn_id,
+                producer_id=int(v["producer_id"]),
+                producer_epoch=int(v["producer_epoch"]),
+                last_producer_epoch=int(v["last_producer_epoch"]),
+                next_producer_id=int(v.get("next_producer_id", -1)),
+                timeout_ms=int(v["timeout_ms"]),
+                state=TxnState(v["state"]),
+                partitions=frozenset((str(t), int(p)) for t, p in v["partitions"]),
+                groups=frozenset(str(g) for g in v["groups"]),
+                start_ms=int(v["start_ms"]),
+                update_ms=int(v["update_ms"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise rec.BadRecordError(f"bad transaction value for {txn_id!r}: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class TransactionRecord:
+    """The record of one transactional.id (``metadata`` None: its tombstone)."""
+
+    transactional_id: str
+    metadata: TxnMetadata | None
+
+    def key(self) -> bytes:
+        return txn_key(self.transactional_id)
+
+    def value(self) -> bytes | None:
+        return None if self.metadata is None else self.metadata.value()
 
 
 def txn_key(txn_id: str) -> bytes:
@@ -140,30 +159,44 @@ class TxnTable:
     marker_epoch: int = -1
     marker_owner: int = -1
 
-    def replay(self, key: bytes | None, value: bytes | None, epoch: int, now_ms: int) -> bool:
-        """Apply one record; False when ignored (fenced late write). Raises
-        records.BadRecordError for records this code cannot parse."""
+    @staticmethod
+    def decode(key: bytes | None, value: bytes | None, epoch: int) -> rec.Record:
+        """A record read from ``__transaction_state``, typed (raises records.BadRecordError
+        for records this code cannot parse)."""
         if key is None or len(key) < 2 or key[1:2] != b"\x00":
             raise rec.BadRecordError(f"bad transaction-state key {key!r}")
-        if epoch < self.marker_epoch:
-            return False
         if key.startswith(rec.MARKER_PREFIX):
-            d = rec.decode(key, value, epoch)
-            assert d.value is not None
-            self.marker_epoch = int(d.value["epoch"])  # type: ignore[call-overload]
-            self.marker_owner = int(d.value["coordinator_id"])  # type: ignore[call-overload]
-            return True
+            return rec.Record(rec.decode_marker(key, value), epoch)
         if not key.startswith(TXN_PREFIX):
             raise rec.BadRecordError(f"unknown transaction-state record kind {key!r}")
         txn_id = key[len(TXN_PREFIX) :].decode()
-        if value is None:
-            self.txns.pop(txn_id, None)
-        else:
-            self.txns[txn_id] = TxnMetadata.from_value(txn_id, value)
+        meta = None if value is None else TxnMetadata.from_value(txn_id, value)
+        return rec.Record(TransactionRecord(txn_id, meta), epoch)
+
+    def replay(self, key: bytes | None, value: bytes | None, epoch: int, now_ms: int) -> bool:
+        """:meth:`apply` of the record with this key, value and epoch header."""
+        return self.apply(self.decode(key, value, epoch), now_ms)
+
+    def apply(self, record: rec.Record, now_ms: int) -> bool:
+        """Apply one record; False when ignored (fenced: an epoch below the highest marker
+        seen). The only way the table changes: used by the load replay and, for the records
+        handlers return, once they are read back from the log."""
+        if record.epoch < self.marker_epoch:
+            return False
+        m = record.message
+        match m:
+            case rec.EpochMarker():
+                self.marker_epoch, self.marker_owner = m.epoch, m.coordinator_id
+            case TransactionRecord(metadata=None):
+                self.txns.pop(m.transactional_id, None)
+            case TransactionRecord(metadata=TxnMetadata() as meta):
+                self.txns[m.transactional_id] = meta
+            case _:
+                raise rec.BadRecordError(f"not a transaction-state record: {m!r}")
         return True
 
     def current_record(self, key: bytes, epoch: int) -> rec.Record:
         if key.startswith(rec.MARKER_PREFIX):
             return rec.marker(self.marker_epoch, self.marker_owner)
-        meta = self.txns.get(key[len(TXN_PREFIX) :].decode())
-        return rec.Record(key, None, epoch) if meta is None else meta.record(epoch)
+        txn_id = key[len(TXN_PREFIX) :].decode()
+        return rec.Record(TransactionRecord(txn_id, self.txns.get(txn_id)), epoch)
