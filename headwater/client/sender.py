@@ -25,8 +25,9 @@ in flight, so retries cannot reorder its records (without idempotence, a larger
 Idempotence (``producing`` given, docs/transactions.md): the routine first gets a producer id
 (``Broker.InitProducerId`` on any broker, or the transaction manager's id), then drains with
 :class:`headwater.client.idempotence.Producing`: batches get sequence numbers as they are
-drained and up to ``max_in_flight`` (<= 5) batches of a partition are unresolved at once, in
-as many requests as the drains produce (Kafka's five in flight per partition; the broker
+drained and up to ``max_in_flight`` (<= 5) batches of a partition are unresolved at once,
+one batch of a partition per request as far as the broker's free request slots allow
+(``_requests_of``; Kafka's five in flight per partition, one batch per request; the broker
 remembers the last 5 batches of a producer to answer a resend as a duplicate). gRPC calls to
 one broker are concurrent, so a later request may reach the broker first; it is then answered
 OUT_OF_ORDER_SEQUENCE_NUMBER and resent in order. Results, per partition entry: success (fresh
@@ -140,13 +141,14 @@ class Sender:
                 self.metadata.request_update()
             else:
                 self.metadata.maybe_refresh()
-            for leader, taken in batches.items():
-                self.in_flight[leader] = self.in_flight.get(leader, 0) + 1
-                if self.max_in_flight == 1:
-                    self.muted.update(b.tp for b in taken)
-                task = loop.create_task(self._request(leader, taken), name=f"produce-{leader}")
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
+            for leader, drained in batches.items():
+                for taken in self._requests_of(leader, drained):
+                    self.in_flight[leader] = self.in_flight.get(leader, 0) + 1
+                    if self.max_in_flight == 1:
+                        self.muted.update(b.tp for b in taken)
+                    task = loop.create_task(self._request(leader, taken), name=f"produce-{leader}")
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
             if self.closing and not self.acc.incomplete and not self.tasks:
                 return
             now = self.acc.clock()
@@ -161,6 +163,25 @@ class Sender:
             elif timeout > 0:
                 with contextlib.suppress(TimeoutError):
                     await timeouts.wait_for(self._wake.wait(), timeout)
+
+    def _requests_of(self, leader: int, drained: list[ProducerBatch]) -> list[list[ProducerBatch]]:
+        """The requests for one leader's drained batches. Idempotent: request ``k`` carries
+        the ``k``-th batch of each partition (Kafka's one batch per partition per request),
+        as many requests as the broker's free slots allow (the rest go in the last one), so
+        the leader appends, and followers fetch, each batch as it arrives instead of a
+        partition's batches all at once."""
+        if self.producing is None or len(drained) == 1:
+            return [drained]
+        slots = max(1, self.max_in_flight - self.in_flight.get(leader, 0))
+        seen: dict[TopicPartition, int] = {}
+        parts: list[list[ProducerBatch]] = []
+        for b in drained:
+            k = min(seen.get(b.tp, 0), slots - 1)
+            seen[b.tp] = k + 1
+            if k == len(parts):
+                parts.append([])
+            parts[k].append(b)
+        return parts
 
     async def _init_producer_id(self, seq: idempotence.Sequencer) -> None:
         """Broker.InitProducerId on any broker, retrying retriable errors until it answers

@@ -283,9 +283,11 @@ async def run_sender(
 
 def test_retriable_error_resends_in_order_and_acks_the_sequences() -> None:
     async def go() -> None:
-        futs, seq, pool = await run_sender([ErrorCode.NOT_LEADER_OR_FOLLOWER], 2)
+        futs, seq, pool = await run_sender(
+            [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_LEADER_OR_FOLLOWER], 2
+        )
         assert [f.result().offset for f in futs] == list(range(100, 106))
-        assert pool.requests == 3  # one request of both, then each resent alone, in order
+        assert pool.requests == 4  # one request per batch, then each resent alone, in order
         assert seq.parts[TP].last_acked == 5
 
     run(go)

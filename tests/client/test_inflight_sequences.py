@@ -288,7 +288,8 @@ class Rig:
         self.acc.seal_open(TP)
 
     async def close(self) -> None:
-        await asyncio.wait(self.futures, timeout=5)
+        if self.futures:
+            await asyncio.wait(self.futures, timeout=5)
         self.sender.closing = True
         self.sender.wake()
         await asyncio.wait_for(self.task, 5)
@@ -329,6 +330,35 @@ def test_five_batches_of_a_partition_are_in_flight_in_separate_requests() -> Non
         assert broker.log == rig.values
         assert rig.offsets() == list(range(18))
         rig.seq.check()
+
+    run(go)
+
+
+def test_batches_drained_together_go_one_per_request_within_the_free_slots() -> None:
+    async def go() -> None:
+        broker = FakeBroker()
+        rig = Rig(broker)
+        for k in range(3):  # queued before the sender's first drain: drained together
+            rig.batch(k)
+        await broker.calls_reach(3)
+        assert [c.sequences for c in broker.calls] == [[0], [3], [6]]
+        broker.hold = False
+        await broker.answer(0, 1, 2)
+        await rig.close()
+        assert broker.log == rig.values
+
+    run(go)
+
+
+def test_requests_beyond_the_brokers_free_slots_share_the_last_one() -> None:
+    async def go() -> None:
+        rig = Rig(FakeBroker())
+        other = TopicPartition("t", 1)
+        drained: list[Any] = [Item(TP, 1) for _ in range(4)] + [Item(other, 1)]
+        rig.sender.in_flight[0] = 3  # 2 of the broker's 5 request slots free
+        parts = rig.sender._requests_of(0, drained)
+        assert parts == [[drained[0], drained[4]], drained[1:4]]
+        await rig.close()
 
     run(go)
 
