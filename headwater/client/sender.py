@@ -228,6 +228,9 @@ class Sender:
             log.exception("produce request to broker %d failed unexpectedly", leader)
             for b in batches:
                 self.acc.fail(b, exc)
+            if self.producing is not None and any(b.base_seq >= 0 for b in batches):
+                # they stay in their partitions' windows: whether they landed is unknown
+                idempotence.unknown_outcome(self.producing, exc)
         finally:
             self.in_flight[leader] -= 1
             for b in batches:

@@ -165,6 +165,7 @@ class FakeBroker:
     as a transport error)."""
 
     LOST = -1
+    BUG = -2  # the call raises an unexpected exception (not a gRPC error)
 
     def __init__(self) -> None:
         self.state = ProducerStateManager()
@@ -181,6 +182,8 @@ class FakeBroker:
             if self.hold:
                 await held.release
             code = self.inject.get(index, ErrorCode.NONE)
+            if code == self.BUG:
+                raise RuntimeError("unexpected")
             results = [self._append(p, code) for p in held.request.partitions]
             held.answered = True
             if code == self.LOST:
@@ -458,6 +461,22 @@ def test_out_of_order_when_the_predecessor_was_acked_before_sending_is_fatal() -
         await rig.close()
         for f in rig.futures[3:]:
             assert isinstance(f.exception(), errors.OutOfOrderSequenceNumberError)
+        with pytest.raises(errors.OutOfOrderSequenceNumberError):
+            rig.seq.check()
+
+    run(go)
+
+
+def test_an_unexpected_failure_of_a_sequenced_request_is_fatal_not_a_stall() -> None:
+    async def go() -> None:
+        broker = FakeBroker()
+        broker.hold = False
+        broker.inject[0] = FakeBroker.BUG
+        rig = Rig(broker)
+        rig.batch(0)
+        await rig.close()
+        assert all(isinstance(f.exception(), RuntimeError) for f in rig.futures)
+        # whether it landed is unknown: the partition can continue neither way
         with pytest.raises(errors.OutOfOrderSequenceNumberError):
             rig.seq.check()
 
