@@ -246,8 +246,9 @@ class KafkaCluster:
                     self.libs,
                     "kafka.tools.StorageTool",
                     "format",
-                    "-t",
-                    cluster_id,
+                    # one argument: a urlsafe-base64 id may start with "-", which argparse
+                    # would take for an option
+                    f"--cluster-id={cluster_id}",
                     "-c",
                     str(d / "server.properties"),
                 ),

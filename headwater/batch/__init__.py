@@ -18,6 +18,7 @@ from headwater.batch.codec import (
     set_log_append_time,
     validate_batches,
     verify_crc,
+    with_base_sequence,
 )
 from headwater.batch.control import (
     ControlRecord,
@@ -56,4 +57,5 @@ __all__ = [
     "set_log_append_time",
     "validate_batches",
     "verify_crc",
+    "with_base_sequence",
 ]

@@ -11,6 +11,7 @@ Who uses what:
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -230,6 +231,13 @@ def validate_batches(
     return found
 
 
+#: Where ``base_sequence`` and the CRC sit in a batch header (headwater.batch.layout).
+BASE_SEQUENCE_AT = 56
+BASE_SEQUENCE = struct.Struct("<i")
+CRC_AT = 20
+CRC = struct.Struct("<I")
+
+
 def patch_header(header_bytes: bytearray | memoryview, base_offset: int, leader_epoch: int) -> None:
     """Assign a batch's offsets and leader epoch in place (fields outside the CRC)."""
     BASE_OFFSET.pack_into(header_bytes, 0, base_offset)
@@ -249,6 +257,20 @@ def set_log_append_time(batch: bytearray, timestamp: int) -> None:
     HEADER.pack_into(batch, 0, *fields)
     fields[5] = int(crc32c.crc32c(memoryview(batch)[CRC_START : h.total_size]))
     HEADER.pack_into(batch, 0, *fields)
+
+
+def with_base_sequence(batch: bytes, base_sequence: int) -> bytes:
+    """A copy of an encoded batch with another ``base_sequence`` and its CRC recomputed.
+
+    For an idempotent producer whose earlier batch failed for good: the batches after it
+    move down in sequence space and are resent with the new numbers (the records section is
+    not touched).
+    """
+    out = bytearray(batch)
+    h = parse_header(out, 0)
+    BASE_SEQUENCE.pack_into(out, BASE_SEQUENCE_AT, base_sequence)
+    CRC.pack_into(out, CRC_AT, int(crc32c.crc32c(memoryview(out)[CRC_START : h.total_size])))
+    return bytes(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,9 +58,8 @@ __all__ = [
 
 
 class Producing(Protocol):
-    """What :meth:`Accumulator.drain` needs from an idempotent producer (the sender)."""
-
-    max_batches: int
+    """What :meth:`Accumulator.drain` needs from an idempotent producer (the sender):
+    :class:`headwater.client.idempotence.Producing`."""
 
     @property
     def fields(self) -> tuple[int, int, bool]:
@@ -69,7 +68,11 @@ class Producing(Protocol):
 
     def may_send(self, tp: TopicPartition) -> bool: ...
 
-    def assign(self, tp: TopicPartition, count: int) -> int: ...
+    def quota(self, tp: TopicPartition, head: ProducerBatch) -> int: ...
+
+    def assign(self, batch: ProducerBatch) -> int: ...
+
+    def sending(self, batch: ProducerBatch) -> None: ...
 
     def expired_sequenced(self, batch: ProducerBatch, err: BaseException) -> None: ...
 
@@ -327,9 +330,12 @@ class Accumulator(BufferMemory):
 
         ``producer`` (idempotent producers): a partition is taken only when
         ``producer.may_send(tp)`` (e.g. it was added to the transaction), at most
-        ``producer.max_batches`` batches of it per drain, never resent and fresh batches
-        together, and each newly drained batch gets its sequence from
-        ``producer.assign(tp, count)`` and is encoded with ``producer.fields``.
+        ``producer.quota(tp, head)`` batches of it per drain (a retry alone, once every
+        earlier batch is resolved; fresh batches while its window has room), never resent
+        and fresh batches together; each newly drained batch gets its sequence from
+        ``producer.assign(batch)``, every taken one is reported to ``producer.sending`` and
+        is encoded with ``producer.fields`` (a batch whose sequence moved, ``restamp``, gets
+        its new ``base_sequence`` written into its bytes).
         An expired batch that already has a sequence is reported to
         ``producer.expired_sequenced`` (its outcome is unknown).
         """
@@ -392,11 +398,13 @@ class Accumulator(BufferMemory):
                 continue
             if producer is not None and not producer.may_send(tp):
                 continue
+            limit = producer.quota(tp, head) if producer is not None else 1 << 30
+            if limit <= 0:
+                continue
             taken = out.setdefault(leader, [])
             size = sizes.get(leader, 0)
-            limit = producer.max_batches if producer is not None else 1 << 30
             n = 0
-            resend = dq[0].base_seq >= 0  # the head was sent before (a retry)
+            resend = head.base_seq >= 0  # the head was sent before (a retry)
             while dq and n < limit and (not taken or size + dq[0].nbytes <= max_request_size):
                 b = dq[0]
                 if b.retry_at > now:
@@ -410,8 +418,10 @@ class Accumulator(BufferMemory):
                     break  # the open tail keeps filling until it is due
                 if not b.sealed:
                     self.seal(b)
-                if producer is not None and b.base_seq < 0:
-                    b.base_seq = producer.assign(tp, b.count)
+                if producer is not None:
+                    if b.base_seq < 0:
+                        producer.assign(b)
+                    producer.sending(b)
                 dq.popleft()
                 taken.append(b)
                 n += 1

@@ -3,31 +3,42 @@
 Pure logic, no I/O (docs/transactions.md, "The client"). One :class:`Sequencer` belongs to one
 producer and is used only by its sender routine on the producer's loop.
 
-Contract:
+Contract (Kafka's TransactionManager / RecordAccumulator rules):
 
 * Sequences are assigned when a batch is *drained* (``assign``): batch ``k`` of partition ``p``
-  gets ``base_sequence = next_seq(p)``, and ``next_seq`` advances by the record count
+  gets ``base_seq = next_seq(p)``, and ``next_seq`` advances by the record count
   (mod 2^31). A retried batch keeps its sequence and its bytes.
-* ``acked(tp, base, count)`` records that the broker acknowledged the batch (a duplicate answer
-  is an acknowledgement too: the broker returns the original offset).
-* ``rewind(tp, base)``: the broker definitely appended nothing of the batches from ``base`` on
-  (an in-band error code for the partition: the broker checks the partition's batches before
-  appending any); the next drained batch reuses ``base``. Only legal while no batch after
-  ``base`` is in flight — the sender guarantees it by keeping at most one request per
-  partition in flight.
-* ``classify_out_of_order(tp, base)``: OUT_OF_ORDER_SEQUENCE_NUMBER for a batch whose
-  predecessor (``base - 1``) was acknowledged is FATAL (records were lost: never a silent
-  reset, the Redpanda #3039 trap); when the predecessor is still unacknowledged it is
-  retriable (resend in order).
+* The *window* of a partition: every batch assigned since the oldest one not yet resolved
+  (acknowledged, or dropped), in sequence order. It holds at most ``max_in_flight`` batches
+  (``room``), so every unresolved batch is among the last ``max_in_flight`` (<= 5) batches
+  the broker may have appended, which it remembers to answer a resend as a duplicate with
+  the original offset. Batches of the window may be in flight in several requests at once.
+* A retried batch is resent alone and only when it is the oldest unresolved one (``first``):
+  retries go out in sequence order, one at a time, until the partition is in order again.
+* ``acked(tp, batch)``: the broker acknowledged the batch (a duplicate answer is an
+  acknowledgement too: the broker returns the original offset).
+* ``drop(tp, batch)``: the broker definitely appended nothing of ``batch`` (an in-band error
+  code: the broker checks a partition's batches before appending any) and it failed for good.
+  Its sequence space is released: every later batch of the window moves down by its record
+  count and is marked ``restamp`` (its bytes get the new ``base_sequence`` before it is sent
+  again; a copy already in flight is rejected as out of order, since the broker lacks the
+  dropped batch). Acknowledged sequences are never reused (InvalidRequestError).
+* ``predecessor_acked(tp, base)``: recorded per batch when it is sent (``pred_acked``). An
+  OUT_OF_ORDER_SEQUENCE_NUMBER answer for a batch whose predecessor was acknowledged *before
+  it was sent* is FATAL (records were lost: never a silent reset, the Redpanda #3039 trap);
+  otherwise it is retriable (an earlier batch was still pending: gRPC calls to one broker are
+  concurrent, so a later request may overtake an earlier one; resend in order).
 * ``fail(exc)``: the producer enters the failed state; every pending and later send raises
   ``exc``. INVALID_PRODUCER_EPOCH, PRODUCER_FENCED and a fatal OUT_OF_ORDER put it there.
 * ``reset(pid, epoch)``: a new producer id or epoch (InitProducerId, or the epoch returned by
-  EndTxn): every partition starts again at sequence 0.
+  EndTxn): every partition starts again at sequence 0 with an empty window.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from headwater import errors
 from headwater.client.types import TopicPartition
@@ -46,18 +57,35 @@ FATAL_CODES = (
 )
 
 
+class Sequenced(Protocol):
+    """What the sequencer keeps in a window: a batch (``ProducerBatch``) or a test double."""
+
+    tp: TopicPartition
+    base_seq: int
+    count: int
+    restamp: bool
+
+
 @dataclass(slots=True)
 class PartitionSeq:
-    """Sequence state of one partition: next to assign, last acknowledged (-1: none yet)."""
+    """Sequence state of one partition: next to assign, last acknowledged (-1: none yet),
+    the window (see module docstring) and which of its batches are resolved."""
 
     next_seq: int = 0
     last_acked: int = -1
+    window: deque[Sequenced] = field(default_factory=deque)
+    resolved: set[int] = field(default_factory=set)  # id() of resolved window batches
 
 
 class Sequencer:
     """See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_in_flight: int = MAX_IN_FLIGHT_IDEMPOTENT) -> None:
+        if not 1 <= max_in_flight <= MAX_IN_FLIGHT_IDEMPOTENT:
+            raise errors.InvalidConfigError(
+                f"max_in_flight must be 1..{MAX_IN_FLIGHT_IDEMPOTENT} with idempotence"
+            )
+        self.max_in_flight = max_in_flight
         self.producer_id = -1
         self.epoch = -1
         self.failed: errors.HeadwaterError | None = None
@@ -85,30 +113,72 @@ class Sequencer:
     def next_seq(self, tp: TopicPartition) -> int:
         return self._part(tp).next_seq
 
-    def assign(self, tp: TopicPartition, count: int) -> int:
-        """The base sequence of a newly drained batch of ``count`` records."""
-        if count <= 0:
+    def room(self, tp: TopicPartition) -> int:
+        """How many more batches of ``tp`` may be assigned sequences now."""
+        st = self.parts.get(tp)
+        return self.max_in_flight - (len(st.window) if st is not None else 0)
+
+    def first(self, tp: TopicPartition) -> Sequenced | None:
+        """The oldest unresolved batch of ``tp`` (None: none)."""
+        st = self.parts.get(tp)
+        return st.window[0] if st is not None and st.window else None
+
+    def assign(self, batch: Sequenced) -> int:
+        """Give a newly drained batch its base sequence (set on it and returned)."""
+        if batch.count <= 0:
             raise ValueError("a batch holds at least one record")
-        st = self._part(tp)
+        st = self._part(batch.tp)
         base = st.next_seq
-        st.next_seq = (base + count) % SEQ_MOD
+        batch.base_seq = base
+        st.next_seq = (base + batch.count) % SEQ_MOD
+        st.window.append(batch)
         return base
 
-    def acked(self, tp: TopicPartition, base: int, count: int) -> None:
-        """The batch ``[base, base + count)`` is acknowledged (fresh or duplicate)."""
-        st = self._part(tp)
-        last = (base + count - 1) % SEQ_MOD
+    def acked(self, batch: Sequenced) -> None:
+        """``batch`` is acknowledged (fresh or duplicate)."""
+        st = self._part(batch.tp)
+        last = (batch.base_seq + batch.count - 1) % SEQ_MOD
         if st.last_acked < 0 or _seq_after(last, st.last_acked):
             st.last_acked = last
+        self._resolve(st, batch)
 
-    def rewind(self, tp: TopicPartition, base: int) -> None:
-        """Nothing from ``base`` on was appended; reuse ``base`` for the next batch."""
-        st = self._part(tp)
-        if st.last_acked >= 0 and not _seq_after(base, st.last_acked):
+    @staticmethod
+    def _resolve(st: PartitionSeq, batch: Sequenced) -> None:
+        if not any(b is batch for b in st.window):
+            return
+        st.resolved.add(id(batch))
+        while st.window and id(st.window[0]) in st.resolved:
+            st.resolved.discard(id(st.window.popleft()))
+
+    def drop(self, batch: Sequenced) -> list[Sequenced]:
+        """Nothing of ``batch`` was appended and it failed for good: release its sequences
+        (see module docstring). Returns the later batches that moved down (marked
+        ``restamp``)."""
+        st = self._part(batch.tp)
+        if st.last_acked >= 0 and not _seq_after(batch.base_seq, st.last_acked):
             raise errors.InvalidRequestError(
-                f"cannot rewind {tp} to sequence {base}: {st.last_acked} is acknowledged"
+                f"cannot release sequence {batch.base_seq} of {batch.tp}: "
+                f"{st.last_acked} is acknowledged"
             )
-        st.next_seq = base
+        try:
+            at = next(i for i, b in enumerate(st.window) if b is batch)
+        except StopIteration:
+            raise errors.InvalidRequestError(
+                f"batch at sequence {batch.base_seq} of {batch.tp} is not outstanding"
+            ) from None
+        later = list(st.window)[at + 1 :]
+        if any(id(b) in st.resolved for b in later):
+            raise errors.InvalidRequestError(
+                f"a batch after sequence {batch.base_seq} of {batch.tp} was acknowledged"
+            )
+        del st.window[at]
+        for b in later:
+            b.base_seq = (b.base_seq - batch.count) % SEQ_MOD
+            b.restamp = True
+        st.next_seq = (st.next_seq - batch.count) % SEQ_MOD
+        while st.window and id(st.window[0]) in st.resolved:
+            st.resolved.discard(id(st.window.popleft()))
+        return later
 
     def predecessor_acked(self, tp: TopicPartition, base: int) -> bool:
         """Whether the batch before the one starting at ``base`` has been acknowledged."""
@@ -116,10 +186,6 @@ class Sequencer:
         if base == 0:
             return True  # nothing precedes sequence 0 of this epoch
         return st.last_acked == (base - 1) % SEQ_MOD
-
-    def classify_out_of_order(self, tp: TopicPartition, base: int) -> bool:
-        """True when OUT_OF_ORDER_SEQUENCE_NUMBER for ``base`` is fatal (see docstring)."""
-        return self.predecessor_acked(tp, base)
 
     def fail(self, exc: errors.HeadwaterError) -> None:
         if self.failed is None:
@@ -175,8 +241,6 @@ class Gate:
 class Producing:
     """The sender's view of an idempotent producer, handed to ``Accumulator.drain``."""
 
-    max_batches = MAX_IN_FLIGHT_IDEMPOTENT
-
     def __init__(self, seq: Sequencer, *, transactional: bool, gate: Gate | None = None) -> None:
         self.seq = seq
         self.transactional = transactional
@@ -191,12 +255,31 @@ class Producing:
             return False
         return self.gate is None or self.gate.may_send(tp)
 
-    def assign(self, tp: TopicPartition, count: int) -> int:
-        return self.seq.assign(tp, count)
+    def quota(self, tp: TopicPartition, head: Sequenced) -> int:
+        """How many queued batches of ``tp`` (``head`` first) may be drained now: a retry
+        (``head`` has a sequence) goes alone once it is the oldest unresolved batch; fresh
+        batches fill the window."""
+        if head.base_seq >= 0:
+            return 1 if self.seq.first(tp) is head else 0
+        return self.seq.room(tp)
+
+    def assign(self, batch: Sequenced) -> int:
+        return self.seq.assign(batch)
+
+    def sending(self, batch: SentBatch) -> None:
+        """``batch`` is about to be sent: remember whether its predecessor is acknowledged
+        (what an OUT_OF_ORDER_SEQUENCE_NUMBER answer to this send means)."""
+        batch.pred_acked = self.seq.predecessor_acked(batch.tp, batch.base_seq)
 
     def expired_sequenced(self, batch: object, err: BaseException) -> None:
         """A sequenced batch expired while queued for a retry: its outcome is unknown."""
         unknown_outcome(self, err)
+
+
+class SentBatch(Sequenced, Protocol):
+    """A sequenced batch as sent: whether its predecessor was acknowledged at that time."""
+
+    pred_acked: bool
 
 
 def unknown_outcome(p: Producing, err: BaseException) -> None:

@@ -127,7 +127,7 @@ class AsyncProducer:
         self.transaction_timeout_ms = c.transaction_timeout_ms
         self.enable_idempotence = c.enable_idempotence
         self._seq: idempotence.Sequencer | None = (
-            idempotence.Sequencer() if self.enable_idempotence else None
+            idempotence.Sequencer(c.max_in_flight) if self.enable_idempotence else None
         )
         self._txn: transactions.TransactionManager | None = None
         self.max_block_ms = max_block_ms

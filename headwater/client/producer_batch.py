@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from headwater.batch import Compression, encode_batch
+from headwater.batch import Compression, encode_batch, with_base_sequence
 from headwater.client.record_future import BatchOutcome
 from headwater.client.types import GroupMetadata, PartitionRange, TopicPartition
 
@@ -80,7 +80,9 @@ class ProducerBatch:
         "keys",
         "nbytes",
         "outcome",
+        "pred_acked",
         "reserved",
+        "restamp",
         "retry_at",
         "sealed",
         "timestamps",
@@ -108,6 +110,8 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.done = done
         self.base_seq = -1  # idempotence: assigned at drain time, kept across retries
+        self.restamp = False  # base_seq moved after encoding (an earlier batch was dropped)
+        self.pred_acked = False  # the predecessor was acknowledged when this was last sent
         self.outcome = BatchOutcome(tp, self.timestamp_at)
 
     def _add_timestamps(self, ts: int, n: int) -> None:
@@ -189,24 +193,30 @@ class ProducerBatch:
         """The batch's bytes (encoded once; retries resend the same bytes).
 
         ``producer`` = (producer_id, epoch, transactional) for an idempotent producer, with
-        ``base_seq`` already assigned; the header carries them inside the CRC.
+        ``base_seq`` already assigned; the header carries them inside the CRC. A batch marked
+        ``restamp`` (its sequence moved down: ``idempotence.Sequencer.drop``) is re-stamped
+        with its current ``base_seq``.
         """
-        if self.encoded is None:
-            ts: Any = self.timestamps if self.timestamps is not None else self.ts_uniform
-            pid, epoch, txn = producer if producer is not None else (-1, -1, False)
-            self.encoded = encode_batch(
-                self.values,
-                self.keys,
-                headers=self.headers,
-                timestamps=ts,
-                compression_type=compression,
-                producer_id=pid,
-                producer_epoch=epoch,
-                base_sequence=self.base_seq if producer is not None else -1,
-                transactional=txn,
-            )
-            # the columns are no longer needed; keep what resolving futures reads
-            self.values = []
-            self.keys = None
-            self.headers = None
+        if self.encoded is not None:
+            if self.restamp:
+                self.encoded = with_base_sequence(self.encoded, self.base_seq)
+                self.restamp = False
+            return self.encoded
+        ts: Any = self.timestamps if self.timestamps is not None else self.ts_uniform
+        pid, epoch, txn = producer if producer is not None else (-1, -1, False)
+        self.encoded = encode_batch(
+            self.values,
+            self.keys,
+            headers=self.headers,
+            timestamps=ts,
+            compression_type=compression,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=self.base_seq if producer is not None else -1,
+            transactional=txn,
+        )
+        # the columns are no longer needed; keep what resolving futures reads
+        self.values = []
+        self.keys = None
+        self.headers = None
         return self.encoded

@@ -18,21 +18,30 @@ Outcomes, per partition result:
 
 With ``acks=0`` waiters are resolved (offset -1) as soon as the request is handed to gRPC and
 the answer is ignored. With ``max_in_flight == 1`` a partition is muted while it has a request
-in flight, so retries cannot reorder its records. A response's ``throttle_time_ms`` holds back
-requests to that broker until the delay has passed.
+in flight, so retries cannot reorder its records (without idempotence, a larger
+``max_in_flight`` may reorder a partition's records on retries, as in Kafka). A response's
+``throttle_time_ms`` holds back requests to that broker until the delay has passed.
 
 Idempotence (``producing`` given, docs/transactions.md): the routine first gets a producer id
 (``Broker.InitProducerId`` on any broker, or the transaction manager's id), then drains with
 :class:`headwater.client.idempotence.Producing`: batches get sequence numbers as they are
-drained and at most 5 batches of a partition are unacknowledged. A partition is muted while
-it has a request in flight — gRPC calls to one broker are concurrent, not ordered like
-Kafka's TCP connection, so pipelining two requests of one partition could reorder them; the
-5 batches go in one request instead. Results: success (fresh or duplicate: the broker answers
-the original offset) acknowledges the sequences; an in-band error means the broker appended
-nothing of the partition's batches, so a terminal one rewinds the partition's sequence;
-OUT_OF_ORDER_SEQUENCE_NUMBER is fatal when the predecessor was acknowledged, retriable
-otherwise; INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal. Fatal errors put the producer in
-a failed state (``Sequencer.fail``) and fail every pending batch.
+drained and up to ``max_in_flight`` (<= 5) batches of a partition are unresolved at once,
+one batch of a partition per request as far as the broker's free request slots allow
+(``_requests_of``; Kafka's five in flight per partition, one batch per request; the broker
+remembers the last 5 batches of a producer to answer a resend as a duplicate). gRPC calls to
+one broker are concurrent, so a later request may reach the broker first; it is then answered
+OUT_OF_ORDER_SEQUENCE_NUMBER and resent in order. Results, per partition entry: success (fresh
+or duplicate: the broker answers the original offset) acknowledges the sequences; an in-band
+error means the broker appended nothing of the entry. A retriable one re-enqueues the batches
+in sequence order, and a retried batch is resent alone once it is the oldest unresolved batch
+of its partition (Kafka's rule: retries reduce the partition to one in flight until it is in
+order again). A terminal one drops the batch's sequences (``Sequencer.drop``: later batches
+move down and are re-stamped). OUT_OF_ORDER_SEQUENCE_NUMBER (and UNKNOWN_PRODUCER_ID) is fatal
+when the predecessor was acknowledged before the batch was sent, retriable otherwise;
+INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal. Fatal errors put the producer in a failed
+state (``Sequencer.fail``) and fail every pending batch. A transport error leaves the outcome
+unknown: the batch is retried (a duplicate answer tells), and if it fails for good the
+partition can continue neither way (``idempotence.unknown_outcome``).
 
 Ownership: the sender routine and its request tasks run on the producer's loop; they are the
 only code that takes batches out of the accumulator. If the routine dies, the producer's
@@ -132,13 +141,14 @@ class Sender:
                 self.metadata.request_update()
             else:
                 self.metadata.maybe_refresh()
-            for leader, taken in batches.items():
-                self.in_flight[leader] = self.in_flight.get(leader, 0) + 1
-                if self.max_in_flight == 1 or producing is not None:
-                    self.muted.update(b.tp for b in taken)
-                task = loop.create_task(self._request(leader, taken), name=f"produce-{leader}")
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
+            for leader, drained in batches.items():
+                for taken in self._requests_of(leader, drained):
+                    self.in_flight[leader] = self.in_flight.get(leader, 0) + 1
+                    if self.max_in_flight == 1:
+                        self.muted.update(b.tp for b in taken)
+                    task = loop.create_task(self._request(leader, taken), name=f"produce-{leader}")
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
             if self.closing and not self.acc.incomplete and not self.tasks:
                 return
             now = self.acc.clock()
@@ -153,6 +163,25 @@ class Sender:
             elif timeout > 0:
                 with contextlib.suppress(TimeoutError):
                     await timeouts.wait_for(self._wake.wait(), timeout)
+
+    def _requests_of(self, leader: int, drained: list[ProducerBatch]) -> list[list[ProducerBatch]]:
+        """The requests for one leader's drained batches. Idempotent: request ``k`` carries
+        the ``k``-th batch of each partition (Kafka's one batch per partition per request),
+        as many requests as the broker's free slots allow (the rest go in the last one), so
+        the leader appends, and followers fetch, each batch as it arrives instead of a
+        partition's batches all at once."""
+        if self.producing is None or len(drained) == 1:
+            return [drained]
+        slots = max(1, self.max_in_flight - self.in_flight.get(leader, 0))
+        seen: dict[TopicPartition, int] = {}
+        parts: list[list[ProducerBatch]] = []
+        for b in drained:
+            k = min(seen.get(b.tp, 0), slots - 1)
+            seen[b.tp] = k + 1
+            if k == len(parts):
+                parts.append([])
+            parts[k].append(b)
+        return parts
 
     async def _init_producer_id(self, seq: idempotence.Sequencer) -> None:
         """Broker.InitProducerId on any broker, retrying retriable errors until it answers
@@ -199,6 +228,9 @@ class Sender:
             log.exception("produce request to broker %d failed unexpectedly", leader)
             for b in batches:
                 self.acc.fail(b, exc)
+            if self.producing is not None and any(b.base_seq >= 0 for b in batches):
+                # they stay in their partitions' windows: whether they landed is unknown
+                idempotence.unknown_outcome(self.producing, exc)
         finally:
             self.in_flight[leader] -= 1
             for b in batches:
@@ -249,7 +281,7 @@ class Sender:
                 offset = r.base_offset
                 for b in tp_batches:
                     if self.producing is not None:
-                        self.producing.seq.acked(b.tp, b.base_seq, b.count)
+                        self.producing.seq.acked(b)
                         self.uncertain.discard(b)
                     self.acc.complete(b, offset, r.log_append_time)
                     offset += b.count
@@ -265,17 +297,17 @@ class Sender:
 
     def _idempotent_error(self, batches: list[ProducerBatch], err: errors.HeadwaterError) -> None:
         """An in-band error for one partition's batches (the broker appended none of them)."""
-        producing = self.producing
-        assert producing is not None
-        seq = producing.seq
         first = batches[0]
-        if isinstance(err, errors.OutOfOrderSequenceNumberError):
-            if seq.classify_out_of_order(first.tp, first.base_seq):
-                self._fatal(err)
-                return
+        if isinstance(
+            err, errors.OutOfOrderSequenceNumberError | errors.UnknownProducerIdError
+        ) and not (first.pred_acked and not first.restamp):
+            # an earlier batch was still unacknowledged when this one was sent (or this one
+            # moved down since): it may simply have overtaken it; resend in order
             self._retry_or_fail(batches, err, force_retry=True)
             return
-        if idempotence.is_fatal(err) or isinstance(err, errors.UnknownProducerIdError):
+        if idempotence.is_fatal(err) or isinstance(
+            err, errors.OutOfOrderSequenceNumberError | errors.UnknownProducerIdError
+        ):
             self._fatal(err)
             return
         self._retry_or_fail(batches, err)
@@ -307,8 +339,8 @@ class Sender:
             self.metadata.request_update()
 
     def _sequenced_failed(self, failed: list[ProducerBatch], err: errors.HeadwaterError) -> None:
-        """Terminal failure of sequenced batches (in partition order): rewind the partition
-        when the broker surely appended none of them, else the outcome is unknown."""
+        """Terminal failure of sequenced batches: release their sequences when the broker
+        surely appended none of them, else the outcome is unknown."""
         assert self.producing is not None
         seqd = [b for b in failed if b.base_seq >= 0]
         if not seqd:
@@ -317,9 +349,9 @@ class Sender:
             self.uncertain.difference_update(seqd)
             idempotence.unknown_outcome(self.producing, err)
             return
-        first = min(seqd, key=lambda b: b.base_seq)
         try:
-            self.producing.seq.rewind(first.tp, first.base_seq)
+            for b in seqd:
+                self.producing.seq.drop(b)
         except errors.HeadwaterError as exc:
             idempotence.unknown_outcome(self.producing, exc)
 

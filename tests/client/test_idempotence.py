@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from headwater import errors
-from headwater.batch import Compression, parse_header
+from headwater.batch import Compression, iter_headers, parse_header
 from headwater.client import idempotence
 from headwater.client.accumulator import Accumulator
 from headwater.client.idempotence import Producing, Sequencer, resolve_enable_idempotence
@@ -23,6 +23,7 @@ from headwater.client.sender import Sender
 from headwater.client.types import TopicPartition
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from tests.helpers.sequenced import FakeMetadata, Item
 
 T = TypeVar("T")
 TP = TopicPartition("t", 0)
@@ -39,45 +40,36 @@ def run(fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
 def test_sequences_per_partition_advance_by_record_count() -> None:
     s = Sequencer()
     s.reset(7, 0)
-    assert s.assign(TP, 3) == 0
-    assert s.assign(TP, 2) == 3
-    assert s.assign(TP1, 4) == 0
+    assert s.assign(Item(TP, 3)) == 0
+    assert s.assign(Item(TP, 2)) == 3
+    assert s.assign(Item(TP1, 4)) == 0
     assert s.next_seq(TP) == 5
     s.reset(7, 1)  # a new epoch restarts every partition at 0
-    assert s.assign(TP, 1) == 0
+    assert s.assign(Item(TP, 1)) == 0
 
 
 def test_sequence_wraps_at_2_pow_31() -> None:
     s = Sequencer()
     s.reset(1, 0)
     s.parts[TP] = idempotence.PartitionSeq(next_seq=(1 << 31) - 2)
-    assert s.assign(TP, 5) == (1 << 31) - 2
+    it = Item(TP, 5)
+    assert s.assign(it) == (1 << 31) - 2
     assert s.next_seq(TP) == 3
-    s.acked(TP, (1 << 31) - 2, 5)
+    s.acked(it)
     assert s.parts[TP].last_acked == 2
-    assert s.classify_out_of_order(TP, 3)  # predecessor 2 acknowledged -> fatal
+    assert s.predecessor_acked(TP, 3)  # an OUT_OF_ORDER for 3 sent now would be fatal
 
 
-def test_out_of_order_is_fatal_only_when_the_predecessor_was_acked() -> None:
+def test_predecessor_acked_tells_a_gap_from_an_overtaking_request() -> None:
     s = Sequencer()
     s.reset(1, 0)
-    a, b = s.assign(TP, 10), s.assign(TP, 10)
-    assert not s.classify_out_of_order(TP, b)  # batch a not acknowledged: retriable
-    s.acked(TP, a, 10)
-    assert s.classify_out_of_order(TP, b)  # a acknowledged, b out of order: records lost
-    assert s.classify_out_of_order(TP1, 0)  # sequence 0 has no predecessor to wait for
-
-
-def test_rewind_reuses_unappended_sequences_but_never_acked_ones() -> None:
-    s = Sequencer()
-    s.reset(1, 0)
-    a = s.assign(TP, 4)
-    b = s.assign(TP, 4)
-    s.acked(TP, a, 4)
-    s.rewind(TP, b)
-    assert s.assign(TP, 2) == b
-    with pytest.raises(errors.InvalidRequestError):
-        s.rewind(TP, a)  # a was acknowledged: reusing its sequence would be a silent reset
+    a, b = Item(TP, 10), Item(TP, 10)
+    s.assign(a)
+    s.assign(b)
+    assert not s.predecessor_acked(TP, b.base_seq)  # a pending: b may have overtaken it
+    s.acked(a)
+    assert s.predecessor_acked(TP, b.base_seq)  # a acknowledged: out of order = records lost
+    assert s.predecessor_acked(TP1, 0)  # sequence 0 has no predecessor to wait for
 
 
 def test_failed_state_raises_the_fatal_error() -> None:
@@ -201,11 +193,20 @@ def test_reenqueue_restores_sequence_order_whatever_the_failure_order() -> None:
         fill(acc, TP, 1)  # a new, unnumbered batch queued meanwhile
         for b in (b2, b0, b3, b1):
             acc.reenqueue(b, clock.now)
-        again, _n, _u = acc.drain(lambda _tp: 0, lambda _l: True, set(), 1 << 20, producing)
-        assert [b.base_seq for b in again[0]] == [0, 3, 6, 9]
-        assert [b.encoded for b in again[0]] == bytes_before  # same bytes resent
-        # the fresh batch is not in the request of resent ones (one base offset per partition
-        # answers a request: the original one only if every batch of it is a duplicate)
+        # retries go out alone, oldest first, each once the one before it is acknowledged
+        for k, expected in enumerate((0, 3, 6, 9)):
+            again, _n, _u = acc.drain(lambda _tp: 0, lambda _l: True, set(), 1 << 20, producing)
+            assert [b.base_seq for b in again[0]] == [expected]
+            assert again[0][0].encoded == bytes_before[k]  # same bytes resent
+            if k < 3:
+                nothing, _n, _u = acc.drain(
+                    lambda _tp: 0, lambda _l: True, set(), 1 << 20, producing
+                )
+                assert nothing == {}  # the next retry waits for this one
+                seq.acked(again[0][0])
+        # the fresh batch may follow the last retry in flight, never in the same request (one
+        # base offset per partition answers a request: the original one only if every batch
+        # of it is a duplicate)
         fresh, _n, _u = acc.drain(lambda _tp: 0, lambda _l: True, set(), 1 << 20, producing)
         assert [b.base_seq for b in fresh[0]] == [12]
 
@@ -213,30 +214,6 @@ def test_reenqueue_restores_sequence_order_whatever_the_failure_order() -> None:
 
 
 # ---------------------------------------------------------------- sender answers
-
-
-class FakeView:
-    brokers: dict[int, Any] = {}
-
-    def leader(self, _tp: TopicPartition) -> int:
-        return 0
-
-    def address(self, _broker: int) -> str:
-        return "fake:1"
-
-
-class FakeMetadata:
-    def __init__(self) -> None:
-        self.view = FakeView()
-
-    def add_listener(self, _fn: Any) -> None:
-        pass
-
-    def request_update(self) -> None:
-        pass
-
-    def maybe_refresh(self) -> None:
-        pass
 
 
 class FakePool:
@@ -263,22 +240,24 @@ class FakePool:
                         log_append_time=-1,
                     )
                 )
+                if code == ErrorCode.NONE:
+                    self.next_offset += sum(h.record_count for _, h in iter_headers(p.records))
             return broker_pb2.ProduceResponse(partitions=results)
 
         return call
 
 
 async def run_sender(
-    script: list[int], batches: int, *, acked_before: bool = False, unacked_before: bool = False
+    script: list[int], batches: int, *, acked_before: bool = False
 ) -> tuple[list[Any], Sequencer, FakePool]:
     acc = make_acc(Clock())
     acc.clock = time.monotonic  # retries wait retry_backoff_ms (1 ms) of real time
     seq = Sequencer()
     seq.reset(9, 0)
     if acked_before:  # a first batch of 1 record already acknowledged
-        seq.acked(TP, seq.assign(TP, 1), 1)
-    if unacked_before:  # sequence 0 drained by an earlier request, not yet acknowledged
-        seq.assign(TP, 1)
+        first = Item(TP, 1)
+        seq.assign(first)
+        seq.acked(first)
     pool = FakePool(script)
     sender = Sender(
         acc,
@@ -304,9 +283,11 @@ async def run_sender(
 
 def test_retriable_error_resends_in_order_and_acks_the_sequences() -> None:
     async def go() -> None:
-        futs, seq, pool = await run_sender([ErrorCode.NOT_LEADER_OR_FOLLOWER], 2)
+        futs, seq, pool = await run_sender(
+            [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_LEADER_OR_FOLLOWER], 2
+        )
         assert [f.result().offset for f in futs] == list(range(100, 106))
-        assert pool.requests == 2
+        assert pool.requests == 4  # one request per batch, then each resent alone, in order
         assert seq.parts[TP].last_acked == 5
 
     run(go)
@@ -325,14 +306,12 @@ def test_out_of_order_after_an_acked_predecessor_is_fatal_for_every_send() -> No
     run(go)
 
 
-def test_out_of_order_with_an_unacked_predecessor_is_retried() -> None:
+def test_unknown_producer_for_sequence_zero_is_fatal() -> None:
     async def go() -> None:
-        futs, seq, pool = await run_sender(
-            [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER], 1, unacked_before=True
-        )
-        assert [f.result().offset for f in futs] == [100, 101, 102]
-        assert pool.requests == 2
-        seq.check()
+        futs, seq, _pool = await run_sender([ErrorCode.UNKNOWN_PRODUCER_ID], 1)
+        assert all(isinstance(f.exception(), errors.UnknownProducerIdError) for f in futs)
+        with pytest.raises(errors.UnknownProducerIdError):
+            seq.check()
 
     run(go)
 
@@ -347,7 +326,7 @@ def test_fenced_epoch_is_fatal() -> None:
     run(go)
 
 
-def test_terminal_in_band_error_rewinds_the_partition_sequence() -> None:
+def test_terminal_in_band_error_releases_the_partition_sequence() -> None:
     async def go() -> None:
         futs, seq, _pool = await run_sender([ErrorCode.CORRUPT_MESSAGE], 1)
         assert all(isinstance(f.exception(), errors.HeadwaterError) for f in futs)

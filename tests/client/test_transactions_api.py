@@ -25,6 +25,7 @@ from headwater.client.transactions import (
 from headwater.client.types import TopicPartition
 from headwater.v1 import coordinator_pb2, transaction_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from tests.helpers.sequenced import Item
 
 pytestmark = pytest.mark.fast
 
@@ -165,7 +166,7 @@ def test_commit_uses_and_adopts_the_bumped_epoch() -> None:
         assert fake.methods() == ["InitProducerId"] and seq.epoch == 0
         tm.begin()
         tm.added.add(TP)
-        seq.assign(TP, 5)
+        seq.assign(Item(TP, 5))
         flushed = []
 
         async def flush() -> None:

@@ -60,15 +60,15 @@ def fcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]
         yield c
 
 
-def duplicates_answered(metrics_port: int) -> float:
-    """The broker's count of produce batches answered as duplicates for TOPIC."""
+def duplicates_answered(metrics_port: int, topic: str = TOPIC) -> float:
+    """The broker's count of produce batches answered as duplicates for ``topic``."""
     url = f"http://127.0.0.1:{metrics_port}/metrics"
     text = urllib.request.urlopen(url, timeout=5).read().decode()
     prefix = "headwater_broker_produce_duplicates_total{"
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith(prefix) and f'topic="{TOPIC}"' in line
+        if line.startswith(prefix) and f'topic="{topic}"' in line
     )
 
 
@@ -107,10 +107,20 @@ class Workload:
 
     WINDOW = 400
 
-    def __init__(self, bootstrap: str, resolve: Callable[[str], str], partitions: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        resolve: Callable[[str], str],
+        partitions: int,
+        topic: str = TOPIC,
+    ) -> None:
         self.bootstrap = bootstrap
         self.resolve = resolve
         self.partitions = partitions
+        self.topic = topic
+        #: most batches of one partition outstanding at once (sequenced since the oldest
+        #: unacknowledged one): > 1 shows several were in flight together
+        self.max_window = 0
         self.acked: dict[tuple[int, int], tuple[int, int]] = {}
         self.sent = [0, 0]
         self.errors: list[BaseException] = []
@@ -149,8 +159,13 @@ class Workload:
             pending: deque[tuple[int, asyncio.Future[RecordMetadata]]] = deque()
             i = 0
             while not self.stop.is_set():
-                fut = await p.send(TOPIC, f"{pid}-{i:06d}".encode(), partition=i % self.partitions)
+                fut = await p.send(
+                    self.topic, f"{pid}-{i:06d}".encode(), partition=i % self.partitions
+                )
                 pending.append((i, fut))
+                if p._seq is not None:
+                    for st in p._seq.parts.values():
+                        self.max_window = max(self.max_window, len(st.window))
                 i += 1
                 self.sent[pid] = i
                 while len(pending) > self.WINDOW:
@@ -167,9 +182,11 @@ class Workload:
             self.done.set()
 
 
-async def _read_log(bootstrap: str, partitions: int) -> dict[bytes, list[tuple[int, int]]]:
+async def _read_log(
+    bootstrap: str, partitions: int, topic: str = TOPIC
+) -> dict[bytes, list[tuple[int, int]]]:
     """value -> [(partition, offset)] for every record in the topic."""
-    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
     async with AsyncConsumer(bootstrap, auto_offset_reset="earliest") as c:
         c.assign(tps)
         ends = await c.end_offsets(tps)
@@ -181,16 +198,51 @@ async def _read_log(bootstrap: str, partitions: int) -> dict[bytes, list[tuple[i
         return where
 
 
-def _leader_of(bootstrap: str, partition: int) -> int:
+def _leader_of(bootstrap: str, partition: int, topic: str = TOPIC) -> int:
     """The partition's leader, waiting until metadata knows the topic and a leader."""
 
     async def leader() -> int | None:
         async with AsyncAdminClient(bootstrap) as admin:
-            (desc,) = await admin.describe_topics([TOPIC])
+            (desc,) = await admin.describe_topics([topic])
             lead = int(desc.partitions[partition].leader)
             return lead if lead > 0 else None
 
-    return asyncio.run(async_wait_for(leader, timeout=60, what=f"a leader of {TOPIC}-{partition}"))
+    return asyncio.run(async_wait_for(leader, timeout=60, what=f"a leader of {topic}-{partition}"))
+
+
+def _isr_of(bootstrap: str, partition: int, topic: str) -> set[int]:
+    async def isr() -> set[int]:
+        async with AsyncAdminClient(bootstrap) as admin:
+            (desc,) = await admin.describe_topics([topic])
+            return {int(b) for b in desc.partitions[partition].isr}
+
+    return asyncio.run(isr())
+
+
+def check_exactly_once_in_order(work: Workload, bootstrap: str) -> None:
+    """Every send acknowledged, every record in the log once, each producer's records of a
+    partition in send order, and each acknowledged offset the record's offset in the log."""
+    partitions = work.partitions
+    assert work.errors == [], f"sends failed: {work.errors[:3]}"
+    assert len(work.acked) == sum(work.sent), "a send was neither acknowledged nor failed"
+
+    where = asyncio.run(_read_log(bootstrap, partitions, work.topic))
+    expected = {f"{p}-{i:06d}".encode() for p in (0, 1) for i in range(work.sent[p])}
+    dupes = {v: w for v, w in where.items() if len(w) > 1}
+    assert dupes == {}, f"{len(dupes)} duplicated records, e.g. {list(dupes.items())[:3]}"
+    assert set(where) == expected, f"{len(expected - set(where))} records missing"
+
+    for pid in (0, 1):
+        for part in range(partitions):
+            sent = [i for i in range(work.sent[pid]) if i % partitions == part]
+            offsets = [where[f"{pid}-{i:06d}".encode()][0][1] for i in sent]
+            assert offsets == sorted(offsets), f"producer {pid} partition {part} reordered"
+            wrong = [
+                (i, work.acked[(pid, i)][1], off)
+                for i, off in zip(sent, offsets, strict=True)
+                if work.acked[(pid, i)][1] != off
+            ]
+            assert wrong == [], f"acked != log offset (record, acked, log): {wrong[:5]}"
 
 
 def test_no_duplicates_and_send_order_kept_under_link_faults_and_leader_kill(
@@ -247,26 +299,8 @@ def test_no_duplicates_and_send_order_kept_under_link_faults_and_leader_kill(
         links.close()
     fcluster.restart_broker(leader)
 
-    assert work.errors == [], f"sends failed: {work.errors[:3]}"
-    assert len(work.acked) == sum(work.sent), "a send was neither acknowledged nor failed"
-
-    where = asyncio.run(_read_log(fcluster.bootstrap, partitions))
-    expected = {f"{p}-{i:06d}".encode() for p in (0, 1) for i in range(work.sent[p])}
-    dupes = {v: w for v, w in where.items() if len(w) > 1}
-    assert dupes == {}, f"{len(dupes)} duplicated records, e.g. {list(dupes.items())[:3]}"
-    assert set(where) == expected, f"{len(expected - set(where))} records missing"
-
-    for pid in (0, 1):
-        for part in range(partitions):
-            sent = [i for i in range(work.sent[pid]) if i % partitions == part]
-            offsets = [where[f"{pid}-{i:06d}".encode()][0][1] for i in sent]
-            assert offsets == sorted(offsets), f"producer {pid} partition {part} reordered"
-            wrong = [
-                (i, work.acked[(pid, i)][1], off)
-                for i, off in zip(sent, offsets, strict=True)
-                if work.acked[(pid, i)][1] != off
-            ]
-            assert wrong == [], f"acked != log offset (record, acked, log): {wrong[:5]}"
+    check_exactly_once_in_order(work, fcluster.bootstrap)
+    assert work.max_window > 1, "never more than one batch of a partition in flight"
     dup_after_kill = sum(
         duplicates_answered(proc.metrics_port) for proc in fcluster.brokers.values() if proc.alive()
     )
@@ -274,6 +308,57 @@ def test_no_duplicates_and_send_order_kept_under_link_faults_and_leader_kill(
     assert max(dup_before_kill, dup_after_kill) > 0, (
         "no retry hit a batch that had landed: the faults proved nothing"
     )
+
+
+def test_not_enough_replicas_with_five_in_flight_is_retried_in_order_exactly_once(
+    fcluster: FaultCluster,
+) -> None:
+    """A broker error with batches in flight: min.insync.replicas=3 and a follower killed, so
+    the leader answers NOT_ENOUGH_REPLICAS (and requests waiting for the lost follower time
+    out) while each producer has several batches of a partition in flight; once the follower
+    is back, the retries go out in sequence order and the ones that had landed are answered
+    as duplicates."""
+    topic = "idem-ner"
+    partitions = 2
+
+    async def create() -> None:
+        async with AsyncAdminClient(fcluster.bootstrap) as admin:
+            await admin.create_topics(
+                [NewTopic(topic, partitions, 3, {"min.insync.replicas": "3"})]
+            )
+
+    asyncio.run(create())
+    leader = _leader_of(fcluster.bootstrap, 0, topic)
+    work = Workload(fcluster.bootstrap, lambda address: address, partitions, topic)
+    follower = next(b for b in _isr_of(fcluster.bootstrap, 0, topic) if b != leader)
+    work.start()
+
+    def acked_more(n: int) -> Callable[[], bool]:
+        target = len(work.acked) + n
+        return lambda: len(work.acked) >= target or work.done.is_set()
+
+    wait_for(acked_more(2000), timeout=120, what="2000 records acknowledged")
+    fcluster.kill_broker(follower)
+    wait_for(
+        lambda: follower not in _isr_of(fcluster.bootstrap, 0, topic) or work.done.is_set(),
+        timeout=60,
+        what="the killed follower to leave the ISR (writes refused: ISR < min.insync)",
+    )
+    stalled_at = len(work.acked)
+    fcluster.restart_broker(follower)
+    wait_for(
+        lambda: len(_isr_of(fcluster.bootstrap, 0, topic)) == 3 or work.done.is_set(),
+        timeout=120,
+        what="the follower back in the ISR",
+    )
+    wait_for(acked_more(2000), timeout=120, what="progress after the follower's return")
+    work.join(timeout=240)
+
+    check_exactly_once_in_order(work, fcluster.bootstrap)
+    assert work.max_window > 1, "never more than one batch of a partition in flight"
+    dups = sum(duplicates_answered(p.metrics_port, topic) for p in fcluster.brokers.values())
+    print(f"acked {stalled_at} before the stall, {len(work.acked)} in all; {dups} duplicates")
+    assert dups > 0, "no retry hit a batch that had landed: the fault proved nothing"
 
 
 def test_a_sequence_gap_is_fatal_for_the_producer_not_silently_reset(
