@@ -21,7 +21,7 @@ from services.coordinator.outcome import Outcome
 from services.coordinator.runtime import PartitionRuntime
 from services.coordinator.txn import handlers as th
 from services.coordinator.txn.runtime import not_coordinator as txn_not_coordinator
-from tests.coordinator.fake_log import FakeLog, FakeProducer, OneAtATimeConsumer
+from tests.helpers.coordinator_log import FakeLog, FakeProducer, OneAtATimeConsumer
 
 pytestmark = pytest.mark.fast
 

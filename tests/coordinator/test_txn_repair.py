@@ -27,7 +27,7 @@ from services.coordinator.outcome import Outcome
 from services.coordinator.txn import handlers as h
 from services.coordinator.txn.runtime import TxnRuntime
 from services.coordinator.txn.state import TxnMetadata, TxnState, TxnTable, txn_key
-from tests.coordinator.fake_log import FakeLog, FakeProducer, OneAtATimeConsumer
+from tests.helpers.coordinator_log import FakeLog, FakeProducer, OneAtATimeConsumer
 
 pytestmark = pytest.mark.fast
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,46 +25,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.helpers.chart import CHART, SCENARIOS, by_kind, container, run, template
 from tests.helpers.wait import wait_for
 from tests.k8s.apiserver import REPO, tools_env
 
-CHART = REPO / "charts" / "headwater"
-SCENARIOS = {
-    "default": [],
-    "tls": [CHART / "ci" / "tls-values.yaml"],
-    "external-etcd": [CHART / "ci" / "external-etcd-values.yaml"],
-    "full": [CHART / "ci" / "full-values.yaml"],
-}
 KUBE_VERSION = "1.34.0"
 #: kinds of other projects' CRDs the chart may render (no schema in kubernetes-validate)
 FOREIGN_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
-
-
-def run(argv: list[str], env: dict[str, str], *, check: bool = True, timeout: float = 120):
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def template(
-    k8s_tools: Path, values: list[Path], *extra: str, namespace: str = "headwater"
-) -> list[dict[str, Any]]:
-    argv = [str(k8s_tools / "helm"), "template", "hw", str(CHART), "--namespace", namespace]
-    argv += ["--include-crds", *extra]
-    for v in values:
-        argv += ["-f", str(v)]
-    out = run(argv, tools_env(k8s_tools)).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
-
-
-def container(obj: dict[str, Any], name: str) -> dict[str, Any]:
-    spec = obj["spec"]["template"]["spec"]
-    return next(c for c in spec["containers"] if c["name"] == name)
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

@@ -28,7 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from headwater.dev.procs import ChildProcess, free_port, python_env, wait_until
 from headwater.dev.tls import CertificateAuthority
 from headwater.platform import etcd as hetcd
-from tests.k8s.test_chart import SCENARIOS, by_kind, container, template
+from tests.helpers.chart import SCENARIOS, by_kind, container, template
 
 NS = "headwater"
 POD_IP = "127.0.0.1"
