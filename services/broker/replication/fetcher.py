@@ -203,8 +203,12 @@ class LeaderFetcher:
             )
             resp = await stub.OffsetForLeaderEpoch(req, timeout=RPC_TIMEOUT_S)
             answers = {(r.topic, r.partition): r for r in resp.partitions}
-            for s, _latest in asks:
-                await self._truncate_one(s, answers.get(s.partition.key), now)
+            # Distinct partitions, each truncated under its own lock: concurrently, so a
+            # failover's hundreds of truncations (each fsyncs its log and leader-epoch
+            # checkpoint) overlap instead of holding back the first fetch one by one.
+            await asyncio.gather(
+                *(self._truncate_one(s, answers.get(s.partition.key), now) for s, _ in asks)
+            )
 
     async def _truncate_one(
         self, s: FetchState, r: broker_pb2.EpochEndOffset | None, now: float
