@@ -304,7 +304,7 @@ class ReplicaManager:
             by_key: dict[Key, list[int]] = {}
             for i, a in enumerate(req.partitions):
                 by_key.setdefault((a.topic, a.state.partition), []).append(i)
-            outcomes: list[tuple[int, str]] = [(ErrorCode.NONE, "")] * len(req.partitions)
+            failures: list[Exception | None] = [None] * len(req.partitions)
 
             async def apply(indexes: list[int]) -> None:
                 for i in indexes:  # one partition's states in request order
@@ -316,13 +316,17 @@ class ReplicaManager:
                             log.exception(
                                 "LeaderAndIsr for %s-%d failed", a.topic, a.state.partition
                             )
-                        outcomes[i] = (error_code(exc), message_of(exc))
+                        failures[i] = exc
 
             # Partitions are independent: applied concurrently, so their storage work (the
             # leader-epoch checkpoint's fsyncs of a new leadership, opening a log) overlaps
             # in the worker threads instead of costing one partition after another.
             await asyncio.gather(*(apply(indexes) for indexes in by_key.values()))
-            for a, (code, message) in zip(req.partitions, outcomes, strict=True):
+            for a, failure in zip(req.partitions, failures, strict=True):
+                if failure is None:
+                    code, message = ErrorCode.NONE, ""
+                else:
+                    code, message = error_code(failure), message_of(failure)
                 resp.partitions.append(
                     broker_pb2.PartitionError(
                         topic=a.topic,

@@ -144,10 +144,15 @@ class LeaderFetcher:
             raise SessionError("leader closed the stream")
         if resp.error_code != ErrorCode.NONE:
             raise SessionError(f"session refused: {ErrorCode.Name(resp.error_code)}")
+        todo = []
         for d in resp.partitions:
             s = sent.get((d.topic, d.partition))
             if s is not None and self.states.get(s.partition.key) is s:
-                await self._apply(s, d)
+                todo.append(self._apply(s, d))
+        # One entry per partition, each appended under its own lock: concurrently, so a
+        # round's appends (a thread hop each; the first batch of a new leader epoch also
+        # fsyncs the leader-epoch checkpoint) overlap instead of adding up.
+        await asyncio.gather(*todo)
 
     async def _apply(self, s: FetchState, d: broker_pb2.ReplicaFetchPartitionData) -> None:
         p = s.partition
