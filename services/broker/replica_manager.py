@@ -31,8 +31,12 @@ StopReplica: the old log is deleted (a LeaderAndIsr then starts an empty one), n
 
 Control requests (LeaderAndIsr, UpdateMetadata, StopReplica) run one at a time under
 ``_control_lock``; they create, open, close and delete logs through the ``LogManager`` in
-worker threads. A whole-request rejection (fencing) is answered in the response's
-``error_code``; partition-level failures in the per-partition list.
+worker threads. A LeaderAndIsr applies its partitions concurrently (one task per partition,
+a partition's own states in request order): a failover's hundreds of new leaderships each
+fsync a leader-epoch checkpoint before leading, and those fsyncs overlap in the worker threads
+(the file system commits them together) instead of queueing one after another. A
+whole-request rejection (fencing) is answered in the response's ``error_code``;
+partition-level failures in the per-partition list.
 """
 
 from __future__ import annotations
@@ -297,14 +301,32 @@ class ReplicaManager:
                 log.warning("LeaderAndIsr refused: %s", exc)
                 return broker_pb2.LeaderAndIsrResponse(error_code=error_code(exc))
             resp = broker_pb2.LeaderAndIsrResponse(error_code=ErrorCode.NONE)
-            for a in req.partitions:
-                try:
-                    await self._apply_assignment(a)
+            by_key: dict[Key, list[int]] = {}
+            for i, a in enumerate(req.partitions):
+                by_key.setdefault((a.topic, a.state.partition), []).append(i)
+            failures: list[Exception | None] = [None] * len(req.partitions)
+
+            async def apply(indexes: list[int]) -> None:
+                for i in indexes:  # one partition's states in request order
+                    a = req.partitions[i]
+                    try:
+                        await self._apply_assignment(a)
+                    except Exception as exc:
+                        if not isinstance(exc, HeadwaterError):
+                            log.exception(
+                                "LeaderAndIsr for %s-%d failed", a.topic, a.state.partition
+                            )
+                        failures[i] = exc
+
+            # Partitions are independent: applied concurrently, so their storage work (the
+            # leader-epoch checkpoint's fsyncs of a new leadership, opening a log) overlaps
+            # in the worker threads instead of costing one partition after another.
+            await asyncio.gather(*(apply(indexes) for indexes in by_key.values()))
+            for a, failure in zip(req.partitions, failures, strict=True):
+                if failure is None:
                     code, message = ErrorCode.NONE, ""
-                except Exception as exc:
-                    if not isinstance(exc, HeadwaterError):
-                        log.exception("LeaderAndIsr for %s-%d failed", a.topic, a.state.partition)
-                    code, message = error_code(exc), message_of(exc)
+                else:
+                    code, message = error_code(failure), message_of(failure)
                 resp.partitions.append(
                     broker_pb2.PartitionError(
                         topic=a.topic,

@@ -144,10 +144,15 @@ class LeaderFetcher:
             raise SessionError("leader closed the stream")
         if resp.error_code != ErrorCode.NONE:
             raise SessionError(f"session refused: {ErrorCode.Name(resp.error_code)}")
+        todo = []
         for d in resp.partitions:
             s = sent.get((d.topic, d.partition))
             if s is not None and self.states.get(s.partition.key) is s:
-                await self._apply(s, d)
+                todo.append(self._apply(s, d))
+        # One entry per partition, each appended under its own lock: concurrently, so a
+        # round's appends (a thread hop each; the first batch of a new leader epoch also
+        # fsyncs the leader-epoch checkpoint) overlap instead of adding up.
+        await asyncio.gather(*todo)
 
     async def _apply(self, s: FetchState, d: broker_pb2.ReplicaFetchPartitionData) -> None:
         p = s.partition
@@ -203,8 +208,12 @@ class LeaderFetcher:
             )
             resp = await stub.OffsetForLeaderEpoch(req, timeout=RPC_TIMEOUT_S)
             answers = {(r.topic, r.partition): r for r in resp.partitions}
-            for s, _latest in asks:
-                await self._truncate_one(s, answers.get(s.partition.key), now)
+            # Distinct partitions, each truncated under its own lock: concurrently, so a
+            # failover's hundreds of truncations (each fsyncs its log and leader-epoch
+            # checkpoint) overlap instead of holding back the first fetch one by one.
+            await asyncio.gather(
+                *(self._truncate_one(s, answers.get(s.partition.key), now) for s, _ in asks)
+            )
 
     async def _truncate_one(
         self, s: FetchState, r: broker_pb2.EpochEndOffset | None, now: float

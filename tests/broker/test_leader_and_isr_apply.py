@@ -1,0 +1,105 @@
+"""How a broker applies one LeaderAndIsr: its partitions concurrently (so a failover's
+leader-epoch checkpoint fsyncs overlap), each partition's states in request order, and every
+new leadership's checkpoint on disk before the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from headwater.v1 import broker_pb2, metadata_pb2
+from headwater.v1.errors_pb2 import ErrorCode
+from services.broker.metadata_cache import MetadataCache
+from services.broker.replica_manager import ReplicaManager
+from services.broker.storage.leader_epoch import read_entries
+from services.broker.storage.log import Log
+from services.broker.storage.log_manager import LogManager
+
+ME = 1
+BROKER_EPOCH = 7
+
+
+def _manager(tmp_path: Path) -> ReplicaManager:
+    rm = ReplicaManager(ME, LogManager([tmp_path]), MetadataCache())
+    rm.broker_epoch = BROKER_EPOCH
+    rm.controller_epoch = 1
+    return rm
+
+
+def _assignment(topic: str, partition: int, epoch: int) -> broker_pb2.PartitionAssignment:
+    return broker_pb2.PartitionAssignment(
+        topic=topic,
+        state=metadata_pb2.PartitionState(
+            partition=partition,
+            leader=ME,
+            leader_epoch=epoch,
+            partition_epoch=epoch,
+            replicas=[ME],
+            isr=[ME],
+        ),
+    )
+
+
+def _request(*assignments: broker_pb2.PartitionAssignment) -> broker_pb2.LeaderAndIsrRequest:
+    return broker_pb2.LeaderAndIsrRequest(
+        controller_epoch=1, broker_epoch=BROKER_EPOCH, partitions=list(assignments)
+    )
+
+
+def test_new_leaderships_write_their_checkpoints_concurrently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four new leaderships in one request: each partition's checkpoint write waits until all
+    four have started, so applying them one after another would fail every one of them."""
+    parties = 4  # below the default executor's worker count on any machine (cpu + 4)
+    barrier = threading.Barrier(parties, timeout=20)
+    assign = Log.assign_epoch
+
+    def assign_together(self: Log, epoch: int) -> None:
+        barrier.wait()
+        assign(self, epoch)
+
+    monkeypatch.setattr(Log, "assign_epoch", assign_together)
+    rm = _manager(tmp_path)
+    req = _request(*(_assignment("t", p, 0) for p in range(parties)))
+    resp = asyncio.run(rm.leader_and_isr(req))
+    assert resp.error_code == ErrorCode.NONE
+    assert [(r.partition, r.error_code) for r in resp.partitions] == [
+        (p, ErrorCode.NONE) for p in range(parties)
+    ]
+    for p in range(parties):
+        part = rm.partitions[("t", p)]
+        assert part.is_leader and part.leader_epoch == 0
+        entries = read_entries(part.log.dir)
+        assert entries is not None and [(e.epoch, e.start_offset) for e in entries] == [(0, 0)]
+
+
+def test_one_partitions_states_apply_in_request_order(tmp_path: Path) -> None:
+    """A partition named twice: epoch 1 after epoch 0 applies both; epoch 0 after epoch 1 is
+    refused as older, while other partitions of the request are applied."""
+    rm = _manager(tmp_path)
+    resp = asyncio.run(
+        rm.leader_and_isr(
+            _request(_assignment("a", 0, 0), _assignment("b", 0, 0), _assignment("a", 0, 1))
+        )
+    )
+    assert [r.error_code for r in resp.partitions] == [ErrorCode.NONE] * 3
+    assert rm.partitions[("a", 0)].leader_epoch == 1
+    entries = read_entries(rm.partitions[("a", 0)].log.dir)
+    assert entries is not None and [e.epoch for e in entries] == [0, 1]
+
+    resp = asyncio.run(
+        rm.leader_and_isr(
+            _request(_assignment("c", 0, 3), _assignment("d", 0, 0), _assignment("c", 0, 2))
+        )
+    )
+    assert [(r.topic, r.error_code) for r in resp.partitions] == [
+        ("c", ErrorCode.NONE),
+        ("d", ErrorCode.NONE),
+        ("c", ErrorCode.STALE_CONTROLLER_EPOCH),
+    ]
+    assert rm.partitions[("c", 0)].leader_epoch == 3
+    assert rm.partitions[("d", 0)].is_leader
