@@ -103,6 +103,8 @@ def refusal(name: str) -> str | None:
     for prefix, why in REFUSED_PREFIXES.items():
         if name.startswith(prefix):
             return why
+    if name.startswith(("kafka.ssl.", "kafka.sasl.")) and name not in SECURITY_OPTIONS:
+        return "Headwater maps only the kafka.ssl.* / kafka.sasl.* options docs/spark.md lists"
     return None
 
 

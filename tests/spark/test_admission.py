@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from tests.helpers.spark import make_topic, produce
+from tests.helpers.spark import make_topic, produce, stream_from_earliest
 from tests.helpers.wait import wait_for
 
 
@@ -32,16 +32,8 @@ def quick_progress(spark: Any) -> Iterator[None]:
 
 
 def _start(spark: Any, bootstrap: str, topic: str, name: str, **options: str) -> Any:
-    reader = (
-        spark.readStream.format("headwater")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-    )
-    for k, v in options.items():
-        reader = reader.option(k, v)
     return (
-        reader.load()
+        stream_from_earliest(spark, bootstrap, topic, **options)
         .writeStream.format("memory")
         .queryName(name)
         .trigger(processingTime="200 milliseconds")

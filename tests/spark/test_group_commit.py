@@ -11,7 +11,7 @@ import pytest
 
 from headwater.client import AdminClient, TopicPartition
 from headwater.dev.cluster import LocalCluster
-from tests.helpers.spark import make_topic, produce
+from tests.helpers.spark import make_topic, produce, stream_from_earliest
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +50,8 @@ def test_micro_batch_end_offsets_are_committed_to_the_group(
 
 
 def _copy_available(spark: Any, bootstrap: str, topic: str, out: Path, **group: str) -> None:
-    reader = (
-        spark.readStream.format("headwater")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-    )
-    for k, v in group.items():
-        reader = reader.option(k, v)
     query = (
-        reader.load()
+        stream_from_earliest(spark, bootstrap, topic, **group)
         .writeStream.format("parquet")
         .option("path", str(out / "out"))
         .option("checkpointLocation", str(out / "ckpt"))

@@ -18,7 +18,7 @@ from headwater_spark.options import (
     parse_sink_options,
     parse_source_options,
 )
-from headwater_spark.security import parse_jaas, parse_security
+from headwater_spark.security import REFUSED, SECURITY_OPTIONS, parse_jaas, parse_security
 from headwater_spark.stream import HeadwaterStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
@@ -127,22 +127,7 @@ def test_docs_table_lists_every_spark_option() -> None:
     end = doc.index("\n## ", doc.index("## Every option of Spark's Kafka source"))
     first_cells = re.findall(r"^\| ([^|]+) \|", doc[start:end], re.M)
     listed = {name for cell in first_cells for name in re.findall(r"`([^`]+)`", cell)}
-    security = {
-        "kafka.security.protocol",
-        "kafka.sasl.mechanism",
-        "kafka.sasl.jaas.config",
-        "kafka.ssl.truststore.location",
-        "kafka.ssl.truststore.type",
-        "kafka.ssl.truststore.certificates",
-        "kafka.ssl.keystore.location",
-        "kafka.ssl.keystore.type",
-        "kafka.ssl.keystore.certificate.chain",
-        "kafka.ssl.keystore.key",
-        "kafka.ssl.truststore.password",
-        "kafka.ssl.keystore.password",
-        "kafka.ssl.key.password",
-        "kafka.ssl.endpoint.identification.algorithm",
-    }
+    security = set(SECURITY_OPTIONS) | set(REFUSED)
     missing = (set(SPARK_READ) | set(SPARK_WRITE) | security) - listed
     assert not missing, f"docs/spark.md does not list {sorted(missing)}"
 
@@ -386,6 +371,14 @@ def test_sasl_maps_scram_credentials(pki: dict[str, Path]) -> None:
         ),
         ({"kafka.security.protocol": "SSL", "kafka.sasl.mechanism": "SCRAM-SHA-256"}, "SSL"),
         ({"kafka.sasl.kerberos.service.name": "kafka"}, "Kerberos"),
+        (
+            {"kafka.security.protocol": "SSL", "kafka.ssl.foo": "x"},
+            "kafka.ssl.foo is not supported",
+        ),
+        (
+            {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.bar": "x"},
+            "kafka.sasl.bar is not supported",
+        ),
     ],
 )
 def test_unsupported_security_is_refused_by_name(
