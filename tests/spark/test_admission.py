@@ -14,21 +14,22 @@ from pyspark.errors import StreamingQueryException
 from tests.helpers.spark import make_topic, produce, stream_from_earliest
 from tests.helpers.wait import wait_for
 
+# Each test runs several Spark jobs (and the first starts the JVM and a cluster): on a loaded
+# 2-core CI machine that outlasts the suite's 300 s default.
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture
 def quick_progress(spark: Any) -> Iterator[None]:
     """Report a progress event for triggers that run no micro-batch every 100 ms (default
     10 s), so a skipped trigger is visible in ``recentProgress``."""
     key = "spark.sql.streaming.noDataProgressEventInterval"
-    old = spark.conf.get(key, None)
+    old = spark.conf.get(key)
     spark.conf.set(key, "100ms")
     try:
         yield
     finally:
-        if old is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, old)
+        spark.conf.set(key, old)
 
 
 def _start(spark: Any, bootstrap: str, topic: str, name: str, **options: str) -> Any:

@@ -28,6 +28,10 @@ from headwater.client.admin import AsyncAdminClient
 from headwater.dev.cluster import LocalCluster
 from tests.helpers.wait import wait_for
 
+# Each test runs several Spark jobs (and the first starts the JVM and a cluster): on a loaded
+# 2-core CI machine that outlasts the suite's 300 s default.
+pytestmark = pytest.mark.timeout(900)
+
 MAPPING = "RULE:^CN=([^,]*),O=Headwater$/$1/L,DEFAULT"
 ALICE_PW = "alice-secret pw"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
