@@ -82,7 +82,9 @@ def test_min_offsets_per_trigger_waits_for_enough_records(
         query.stop()
 
 
-def test_max_trigger_delay_admits_a_small_batch(spark: Any, cluster: Any) -> None:
+def test_max_trigger_delay_admits_a_small_batch(
+    spark: Any, cluster: Any, quick_progress: None
+) -> None:
     bootstrap = cluster.bootstrap
     make_topic(bootstrap, "admission-delay", 1)
     query = _start(
