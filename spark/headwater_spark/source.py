@@ -52,7 +52,10 @@ class HeadwaterBatchReader(DataSourceReader):
         return [HeadwaterPartition(r, cfg) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, HeadwaterPartition)
+        if not isinstance(partition, HeadwaterPartition):
+            # nothing to read (empty or no partitions): PySpark then plans one placeholder
+            # InputPartition(None) instead of an empty list
+            return iter(())
         return read_range(partition.cfg, partition.rng)
 
 

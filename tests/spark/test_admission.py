@@ -118,15 +118,18 @@ def test_bad_options_fail_at_load_save_and_query_start(spark: Any, cluster: Any)
             .load()
         )
     df = spark.createDataFrame([("v",)], "value string")
-    writer = df.write.format("headwater").mode("append")
-    writer = writer.option("kafka.bootstrap.servers", bootstrap).option("topic", "opts-out")
+
+    def writer() -> Any:  # a new DataFrameWriter each time: options accumulate on one
+        w = df.write.format("headwater").mode("append")
+        return w.option("kafka.bootstrap.servers", bootstrap).option("topic", "opts-out")
+
     with pytest.raises(Exception, match="INVALID_CONFIG: unknown option lingerms_"):
-        writer.option("lingerMs_", "5").save()
+        writer().option("lingerMs_", "5").save()
     with pytest.raises(
         Exception,
         match=r"kafka\.security\.protocol=SASL_SSL needs the option kafka\.sasl\.mechanism",
     ):
-        writer.option("kafka.security.protocol", "SASL_SSL").save()
+        writer().option("kafka.security.protocol", "SASL_SSL").save()
     # Spark calls no data-source code inside start(): the query fails as it starts, before
     # any micro-batch, naming the option
     query = (

@@ -1,17 +1,19 @@
-"""Spark's Kafka security options on a secured cluster (real local[2] SparkSession): TLS with
-client certificates requested, SCRAM, the authorizer on.
+"""Spark's Kafka security options on a secured cluster (real local[2] SparkSession): mTLS
+(client certificates required), SCRAM, the authorizer on.
 
 The cluster: etcd over https, 1 controller, 1 broker, 1 coordinator, every service serving TLS
-(``--tls-client-auth requested``) with the principal mapping ``CN=<name>,O=Headwater ->
+with client certificates required and the principal mapping ``CN=<name>,O=Headwater ->
 <name>``; super users ``admin`` (SCRAM-SHA-512), ``alice`` (SCRAM-SHA-256, created by the
-fixture) and ``client`` (the certificate ``CN=client``). Reads and writes go through the
+fixture) and ``mtls-user`` (a certificate). Reads and writes go through the
 ``kafka.security.protocol`` / ``kafka.sasl.*`` / ``kafka.ssl.*`` options only:
 
-* SASL_SSL with SCRAM-SHA-256: batch read, batch write, and a streaming copy (source and sink)
-  committing to ``kafka.group.id``;
-* SSL with a PEM keystore (mTLS: the certificate is the identity): batch read and write;
-* the options take effect: TLS without credentials is ANONYMOUS and refused by the authorizer,
-  a wrong password fails authentication.
+* SASL_SSL with SCRAM-SHA-256 (the keystore holds ``CN=nobody``, a certificate without any
+  right, which the cluster requires: only alice's SCRAM login can grant access): batch read,
+  batch write, and a streaming copy (source and sink) committing to ``kafka.group.id``;
+* SSL with a PEM keystore of ``CN=mtls-user`` (the certificate is the identity): batch read and
+  write;
+* the options take effect: the ``nobody`` certificate alone is refused by the authorizer, a
+  wrong password fails the login.
 """
 
 from __future__ import annotations
@@ -48,11 +50,11 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         coordinator_args=["--offsets-topic-partitions", "1", "--transaction-state-partitions", "1"],
         etcd_unsafe_no_fsync=True,
         tls=True,
-        tls_client_auth="requested",
+        tls_client_auth="required",
         ca_dir=data_dir / "ca",
         security_args=["--principal-mapping-rules", MAPPING],
         authorizer=True,
-        super_users=["User:alice", "User:client"],
+        super_users=["User:alice", "User:mtls-user"],
         startup_timeout=120,
     ) as c:
 
@@ -80,36 +82,41 @@ def _ca(c: LocalCluster) -> str:
     return sec.ca_file
 
 
-def sasl_ssl(c: LocalCluster, password: str = ALICE_PW) -> dict[str, str]:
-    """What a Spark job moved from format("kafka") to a SASL_SSL cluster gives."""
-    return {
-        "kafka.bootstrap.servers": c.bootstrap,
-        "kafka.security.protocol": "SASL_SSL",
-        "kafka.sasl.mechanism": "SCRAM-SHA-256",
-        "kafka.sasl.jaas.config": f'{SCRAM} required username="alice" password="{password}";',
-        "kafka.ssl.truststore.location": _ca(c),
-        "kafka.ssl.truststore.type": "PEM",
-    }
-
-
-def ssl_keystore(c: LocalCluster, tmp: Path) -> dict[str, str]:
-    """SSL with Kafka's PEM keystore (key and certificate chain in one file): mTLS."""
-    sec = c.client_security("client")
+def keystore(c: LocalCluster, tmp: Path, name: str) -> str:
+    """Kafka's PEM keystore (private key and certificate chain in one file) of ``CN=name``."""
+    sec = c.client_security(name)
     assert sec is not None and sec.cert_file and sec.key_file
-    keystore = tmp / "client-keystore.pem"
-    keystore.write_bytes(Path(sec.key_file).read_bytes() + Path(sec.cert_file).read_bytes())
+    path = tmp / f"{name}-keystore.pem"
+    path.write_bytes(Path(sec.key_file).read_bytes() + Path(sec.cert_file).read_bytes())
+    return str(path)
+
+
+def ssl(c: LocalCluster, tmp: Path, name: str) -> dict[str, str]:
+    """SSL with a PEM truststore and the PEM keystore of ``CN=name`` (mTLS)."""
     return {
         "kafka.bootstrap.servers": c.bootstrap,
         "kafka.security.protocol": "SSL",
         "kafka.ssl.truststore.location": _ca(c),
         "kafka.ssl.truststore.type": "PEM",
-        "kafka.ssl.keystore.location": str(keystore),
+        "kafka.ssl.keystore.location": keystore(c, tmp, name),
         "kafka.ssl.keystore.type": "PEM",
     }
 
 
-def _read(spark: Any, options: dict[str, str], topic: str) -> list[bytes]:
-    reader = spark.read.format("headwater").option("subscribe", topic)
+def sasl_ssl(c: LocalCluster, tmp: Path, password: str = ALICE_PW) -> dict[str, str]:
+    """What a Spark job moved from format("kafka") to a SASL_SSL cluster gives (plus the
+    rightless certificate this cluster requires)."""
+    return {
+        **ssl(c, tmp, "nobody"),
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-256",
+        "kafka.sasl.jaas.config": f'{SCRAM} required username="alice" password="{password}";',
+    }
+
+
+def _read(spark: Any, options: dict[str, str], topic: str = "", assign: str = "") -> list[bytes]:
+    reader = spark.read.format("headwater")
+    reader = reader.option("assign", assign) if assign else reader.option("subscribe", topic)
     for k, v in options.items():
         reader = reader.option(k, v)
     return sorted(bytes(r.value) for r in reader.load().collect())
@@ -143,8 +150,10 @@ def _topic_values(c: LocalCluster, topic: str) -> list[bytes]:
 EXPECTED_IN = sorted(b"v%d" % i for i in range(40))
 
 
-def test_sasl_ssl_scram_batch_read_and_write(spark: Any, secure: LocalCluster) -> None:
-    options = sasl_ssl(secure)
+def test_sasl_ssl_scram_batch_read_and_write(
+    spark: Any, secure: LocalCluster, tmp_path: Path
+) -> None:
+    options = sasl_ssl(secure, tmp_path)
     assert _read(spark, options, "sec-in") == EXPECTED_IN
     _write(spark, options, "sec-out", ["a", "b", "c"])
     assert _topic_values(secure, "sec-out") == [b"a", b"b", b"c"]
@@ -153,7 +162,7 @@ def test_sasl_ssl_scram_batch_read_and_write(spark: Any, secure: LocalCluster) -
 def test_ssl_pem_keystore_mtls_batch_read_and_write(
     spark: Any, secure: LocalCluster, tmp_path: Path
 ) -> None:
-    options = ssl_keystore(secure, tmp_path)
+    options = ssl(secure, tmp_path, "mtls-user")
     assert _read(spark, options, "sec-in") == EXPECTED_IN
     _write(spark, options, "sec-mtls-out", ["m1", "m2"])
     assert _topic_values(secure, "sec-mtls-out") == [b"m1", b"m2"]
@@ -162,7 +171,7 @@ def test_ssl_pem_keystore_mtls_batch_read_and_write(
 def test_sasl_ssl_streaming_copy_commits_to_the_group(
     spark: Any, secure: LocalCluster, tmp_path: Path
 ) -> None:
-    options = sasl_ssl(secure)
+    options = sasl_ssl(secure, tmp_path)
     reader = spark.readStream.format("headwater").option("subscribe", "sec-in")
     reader = reader.option("startingOffsets", "earliest").option("kafka.group.id", "sec-copy")
     for k, v in options.items():
@@ -181,15 +190,11 @@ def test_sasl_ssl_streaming_copy_commits_to_the_group(
     assert committed == {TopicPartition("sec-in", 0): 20, TopicPartition("sec-in", 1): 20}
 
 
-def test_security_options_take_effect(spark: Any, secure: LocalCluster) -> None:
-    """TLS alone (no credentials, no certificate) is ANONYMOUS, which the authorizer refuses;
-    a wrong SCRAM password fails the login: the options are used, not dropped."""
-    anonymous = {
-        "kafka.bootstrap.servers": secure.bootstrap,
-        "kafka.security.protocol": "SSL",
-        "kafka.ssl.truststore.location": _ca(secure),
-    }
-    with pytest.raises(Exception, match="AUTHORIZATION_FAILED"):
-        _read(spark, anonymous, "sec-in")
+def test_security_options_take_effect(spark: Any, secure: LocalCluster, tmp_path: Path) -> None:
+    """The rightless certificate alone is refused by the authorizer (ListOffsets of assigned
+    partitions), a wrong SCRAM password fails the login: the options are used, not dropped."""
+    assign = '{"sec-in": [0, 1]}'
+    with pytest.raises(Exception, match="TOPIC_AUTHORIZATION_FAILED"):
+        _read(spark, ssl(secure, tmp_path, "nobody"), assign=assign)
     with pytest.raises(Exception, match="SASL_AUTHENTICATION_FAILED"):
-        _read(spark, sasl_ssl(secure, password="wrong"), "sec-in")
+        _read(spark, sasl_ssl(secure, tmp_path, password="wrong"), assign=assign)
