@@ -42,6 +42,16 @@ def _start(spark: Any, bootstrap: str, topic: str, name: str, **options: str) ->
     )
 
 
+def _first_trigger(query: Any) -> None:
+    """Wait until the query's first trigger has run (or the query died: then its error)."""
+    wait_for(
+        lambda: query.lastProgress is not None or not query.isActive,
+        timeout=300,
+        what="the first trigger",
+    )
+    assert query.isActive, query.exception()
+
+
 def _count(spark: Any, name: str) -> int:
     return int(spark.sql(f"select count(*) as n from {name}").collect()[0].n)
 
@@ -63,7 +73,7 @@ def test_min_offsets_per_trigger_waits_for_enough_records(
         minOffsetsPerTrigger="50", maxTriggerDelay="1h",
     )  # fmt: skip
     try:
-        wait_for(lambda: query.lastProgress is not None, timeout=120, what="first trigger")
+        _first_trigger(query)
         produce(bootstrap, "admission-min", [(i % 2, None, b"a%d" % i) for i in range(30)])
         # a trigger that saw the 30 records available and ran no micro-batch
         wait_for(
@@ -92,7 +102,7 @@ def test_max_trigger_delay_admits_a_small_batch(
         minOffsetsPerTrigger="1000", maxTriggerDelay="2s",
     )  # fmt: skip
     try:
-        wait_for(lambda: query.lastProgress is not None, timeout=120, what="first trigger")
+        _first_trigger(query)
         produce(bootstrap, "admission-delay", [(0, None, b"c%d" % i) for i in range(5)])
         # 5 < 1000 forever: only maxTriggerDelay can let them through
         wait_for(lambda: _count(spark, "admission_delay") == 5, timeout=120, what="5 rows")
@@ -102,7 +112,9 @@ def test_max_trigger_delay_admits_a_small_batch(
         query.stop()
 
 
-def test_bad_options_fail_at_load_save_and_query_start(spark: Any, cluster: Any) -> None:
+def test_bad_options_fail_at_load_save_and_query_start(
+    spark: Any, cluster: Any, tmp_path: Any
+) -> None:
     bootstrap = cluster.bootstrap
     make_topic(bootstrap, "opts-out", 1)
     with pytest.raises(Exception, match="INVALID_CONFIG: unknown option subscirbe"):
@@ -140,6 +152,7 @@ def test_bad_options_fail_at_load_save_and_query_start(spark: Any, cluster: Any)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", "opts-out")
         .option("kafka.ssl.truststore.type", "JKS")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
         .start()
     )
     with pytest.raises(StreamingQueryException, match=r"kafka\.ssl\.truststore\.type"):
