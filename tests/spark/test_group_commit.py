@@ -29,21 +29,7 @@ def test_micro_batch_end_offsets_are_committed_to_the_group(
     bootstrap = group_cluster.bootstrap
     make_topic(bootstrap, "laggy", 2)
     produce(bootstrap, "laggy", [(i % 2, None, b"x%d" % i) for i in range(50)])
-    query = (
-        spark.readStream.format("headwater")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", "laggy")
-        .option("startingOffsets", "earliest")
-        .option("commitToGroup", "spark-laggy")
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert not query.isActive
+    _copy_available(spark, bootstrap, "laggy", tmp_path, commitToGroup="spark-laggy")
     with AdminClient(bootstrap) as admin:
         committed = admin.list_consumer_group_offsets("spark-laggy")
     assert committed == {TopicPartition("laggy", 0): 25, TopicPartition("laggy", 1): 25}
