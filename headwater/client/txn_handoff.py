@@ -35,6 +35,7 @@ from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.coordinator_client import CoordinatorClient
 from headwater.client.metadata import Metadata
 from headwater.client.producer import AsyncProducer
+from headwater.client.security import ClientSecurity
 from headwater.v1 import coordinator_pb2, transaction_pb2, transaction_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 
@@ -74,11 +75,13 @@ async def end_transaction(
     commit: bool,
     timeout_s: float = 120.0,
     backoff_s: float = 0.2,
+    security: ClientSecurity | None = None,
 ) -> None:
-    """EndTxn(commit or abort) for ``handle`` (see the module docstring)."""
+    """EndTxn(commit or abort) for ``handle`` (see the module docstring); ``security``: the
+    TLS / SCRAM settings of the connections (None: the process default)."""
     if not handle.has_partitions:
         return
-    pool = ConnectionPool()
+    pool = ConnectionPool(security=security)
     md = Metadata(pool, parse_bootstrap(bootstrap))
     coord = CoordinatorClient(
         pool,

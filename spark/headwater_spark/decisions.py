@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from headwater import errors
 from headwater.client import AsyncAdminClient, AsyncConsumer, AsyncProducer
+from headwater.client.security import ClientSecurity
 from headwater.client.txn_handoff import TxnHandle
 from headwater.client.types import TopicPartition
 from headwater_spark.options import DEFAULT_COMMIT_TOPIC
@@ -55,9 +56,9 @@ class Decision:
         )
 
 
-async def _ensure_topic(bootstrap: str, topic: str) -> bool:
+async def _ensure_topic(bootstrap: str, topic: str, security: ClientSecurity | None) -> bool:
     """Create the decision topic if missing; True when it existed already."""
-    admin = AsyncAdminClient(bootstrap)
+    admin = AsyncAdminClient(bootstrap, security=security)
     try:
         if topic in await admin.list_topics():
             return True
@@ -76,11 +77,15 @@ async def _ensure_topic(bootstrap: str, topic: str) -> bool:
         await admin.close()
 
 
-async def _latest(bootstrap: str, topic: str, key: str) -> Decision | None:
-    if not await _ensure_topic(bootstrap, topic):
+async def _latest(
+    bootstrap: str, topic: str, key: str, security: ClientSecurity | None
+) -> Decision | None:
+    if not await _ensure_topic(bootstrap, topic, security):
         return None  # just created: no decision can be in it
     tp = TopicPartition(topic, 0)
-    consumer = AsyncConsumer(bootstrap, auto_offset_reset="earliest", client_id="headwater-spark")
+    consumer = AsyncConsumer(
+        bootstrap, auto_offset_reset="earliest", client_id="headwater-spark", security=security
+    )
     try:
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
@@ -96,20 +101,30 @@ async def _latest(bootstrap: str, topic: str, key: str) -> Decision | None:
         await consumer.close()
 
 
-async def _write(bootstrap: str, topic: str, key: str, decision: Decision) -> None:
-    await _ensure_topic(bootstrap, topic)
-    async with AsyncProducer(bootstrap, acks="all", linger_ms=0) as producer:
+async def _write(
+    bootstrap: str, topic: str, key: str, decision: Decision, security: ClientSecurity | None
+) -> None:
+    await _ensure_topic(bootstrap, topic, security)
+    async with AsyncProducer(bootstrap, acks="all", linger_ms=0, security=security) as producer:
         fut = await producer.send(topic, decision.encode(), key.encode(), partition=0)
         await producer.flush()
         await fut
 
 
-def latest_decision(bootstrap: str, topic: str, prefix: str) -> Decision | None:
+def latest_decision(
+    bootstrap: str, topic: str, prefix: str, security: ClientSecurity | None = None
+) -> Decision | None:
     """The newest decision recorded for the query ``prefix`` (None: none yet). Creates the
     decision topic when it does not exist."""
-    return _run(_latest(bootstrap, topic, prefix))
+    return _run(_latest(bootstrap, topic, prefix, security))
 
 
-def write_decision(bootstrap: str, topic: str, prefix: str, decision: Decision) -> None:
+def write_decision(
+    bootstrap: str,
+    topic: str,
+    prefix: str,
+    decision: Decision,
+    security: ClientSecurity | None = None,
+) -> None:
     """Record ``decision``; returns once it is acknowledged by every in-sync replica."""
-    _run(_write(bootstrap, topic, prefix, decision))
+    _run(_write(bootstrap, topic, prefix, decision, security))

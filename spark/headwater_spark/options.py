@@ -20,6 +20,7 @@ from typing import Any
 
 from headwater.client.types import TopicPartition
 from headwater.errors import InvalidConfigError
+from headwater_spark.security import PLAINTEXT, SECURITY_OPTIONS, SecuritySpec, parse_security
 
 EARLIEST_SPEC = -2
 LATEST_SPEC = -1
@@ -27,40 +28,83 @@ LATEST_SPEC = -1
 OffsetSpec = str | dict[TopicPartition, int]
 TimestampSpec = int | dict[TopicPartition, int] | None
 
-KNOWN = {
-    "kafka.bootstrap.servers",
-    "bootstrap.servers",
-    "subscribe",
-    "subscribepattern",
-    "assign",
-    "startingoffsets",
-    "endingoffsets",
-    "startingoffsetsbytimestamp",
-    "endingoffsetsbytimestamp",
-    "startingtimestamp",
-    "endingtimestamp",
-    "startingoffsetsbytimestampstrategy",
-    "minpartitions",
-    "maxrecordsperpartition",
-    "maxoffsetspertrigger",
-    "failondataloss",
-    "includeheaders",
-    "committogroup",
-    "polltimeoutms",
-    "fetchmaxbytes",
-    "arrowbatches",
-    "topic",
-    "acks",
-    "lingerms",
-    "path",
-    "exactlyonce",
-    "transactionalidprefix",
-    "transactiontimeoutms",
-    "committopic",
+#: Options every use of the format takes (besides the security ones, security.SECURITY_OPTIONS).
+COMMON = frozenset({"kafka.bootstrap.servers", "bootstrap.servers", "path"})
+#: Read options (batch and streaming; parse_source_options refuses the stream-only ones in a
+#: batch read and the batch-only ones in a stream).
+READ = frozenset(
+    {
+        "subscribe",
+        "subscribepattern",
+        "assign",
+        "startingoffsets",
+        "endingoffsets",
+        "startingoffsetsbytimestamp",
+        "endingoffsetsbytimestamp",
+        "startingtimestamp",
+        "endingtimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "minpartitions",
+        "maxrecordsperpartition",
+        "maxoffsetspertrigger",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
+        "failondataloss",
+        "includeheaders",
+        "committogroup",
+        "groupidprefix",
+        "kafka.group.id",
+        "kafka.isolation.level",
+        "polltimeoutms",
+        "kafkaconsumer.polltimeoutms",
+        "fetchmaxbytes",
+        "arrowbatches",
+    }
+)
+#: Write options (batch and streaming; exactlyOnce and its companions are streaming only).
+WRITE = frozenset(
+    {
+        "topic",
+        "acks",
+        "lingerms",
+        "exactlyonce",
+        "transactionalidprefix",
+        "transactiontimeoutms",
+        "committopic",
+        "checkpointlocation",
+    }
+)
+#: Options of Spark's Kafka source/sink (or Kafka client settings passed as ``kafka.*``) that
+#: Headwater refuses, with what to use instead (docs/spark.md, "Every option of Spark's Kafka
+#: source").
+ALTERNATIVES = {
+    "fetchoffset.numretries": "Headwater's client retries offset lookups itself (within its "
+    "request timeout): remove it",
+    "fetchoffset.retryintervalms": "Headwater's client retries offset lookups itself (within "
+    "its request timeout): remove it",
+    "kafka.auto.offset.reset": "use startingOffsets (Spark's Kafka source refuses it too)",
+    "kafka.enable.auto.commit": "use kafka.group.id or commitToGroup (offsets committed after "
+    "each micro-batch)",
+    "kafka.group.instance.id": "the source uses no consumer group membership: remove it",
+    "kafka.key.deserializer": "keys are always binary (cast the key column), as in Spark",
+    "kafka.value.deserializer": "values are always binary (cast the value column), as in Spark",
+    "kafka.key.serializer": "write a binary or string key column, as in Spark",
+    "kafka.value.serializer": "write a binary or string value column, as in Spark",
+    "kafka.interceptor.classes": "Java interceptors do not apply (Spark refuses it too)",
+    "kafka.fetch.max.bytes": "use fetchMaxBytes",
+    "kafka.max.partition.fetch.bytes": "use fetchMaxBytes",
+    "kafka.max.poll.records": "use maxRecordsPerPartition / maxOffsetsPerTrigger",
+    "kafka.acks": "use acks",
+    "kafka.linger.ms": "use lingerMs",
+    "kafka.transactional.id": "use exactlyOnce=true with transactionalIdPrefix",
+    "kafka.enable.idempotence": "use exactlyOnce=true with transactionalIdPrefix for "
+    "exactly-once output",
+    "kafka.transaction.timeout.ms": "use transactionTimeoutMs",
 }
-
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 DEFAULT_COMMIT_TOPIC = "__headwater_spark_commits"
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's default maxTriggerDelay, 15m
+STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "commitToGroup")
 
 
 @dataclass(frozen=True)
@@ -86,6 +130,10 @@ class SourceOptions:
     fetch_max_bytes: int
     arrow_batches: bool
     isolation_level: str = "read_uncommitted"
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    group_id_prefix: str | None = None
+    security: SecuritySpec = PLAINTEXT
 
     def executor_config(self) -> ExecutorConfig:
         return ExecutorConfig(
@@ -96,6 +144,7 @@ class SourceOptions:
             self.fetch_max_bytes,
             self.arrow_batches,
             self.isolation_level,
+            self.security,
         )
 
 
@@ -110,6 +159,7 @@ class ExecutorConfig:
     fetch_max_bytes: int
     arrow_batches: bool
     isolation_level: str = "read_uncommitted"
+    security: SecuritySpec = PLAINTEXT
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -211,12 +261,75 @@ def _assign(raw: str) -> tuple[TopicPartition, ...]:
     return tuple(out)
 
 
+def check_names(o: Mapping[str, str], allowed: frozenset[str], use: str) -> None:
+    """Raise InvalidConfigError naming the first option of ``o`` (lower-cased names) that
+    ``use`` ("read" or "write") does not take, with the alternative when there is one.
+    Security options are checked by :func:`headwater_spark.security.parse_security`."""
+    other = WRITE if use == "read" else READ
+    for name in sorted(o):
+        if name in allowed or name in COMMON or name in SECURITY_OPTIONS:
+            continue
+        if name.startswith(("kafka.ssl.", "kafka.sasl.")):
+            continue  # refused or mapped by parse_security, with its own message
+        if name in ALTERNATIVES:
+            raise InvalidConfigError(f"option {name} is not supported: {ALTERNATIVES[name]}")
+        if name in other:
+            raise InvalidConfigError(f"option {name} is not a {use} option of format headwater")
+        if name.startswith("kafka."):
+            raise InvalidConfigError(
+                f"option {name} is not supported: Headwater's client has no such setting "
+                "(docs/spark.md lists the kafka.* options it maps)"
+            )
+        raise InvalidConfigError(f"unknown option {name} for format headwater")
+
+
+def check_read_options(options: Mapping[str, str]) -> None:
+    """The checks that need no batch/stream distinction (names, security): what ``load()``
+    runs (the data source's ``schema()``), so a misspelt or unsupported option fails there."""
+    o = _lower(options)
+    check_names(o, READ, "read")
+    parse_security(o)
+
+
+def parse_duration_ms(name: str, raw: str) -> int:
+    """Spark's time strings (``15m``, ``30s``, ``500ms``, ``1h``; a bare number is ms) -> ms."""
+    m = re.fullmatch(r"\s*(\d+)\s*(us|ms|s|sec|m|min|h|d)?\s*", raw.lower())
+    if m is None:
+        raise InvalidConfigError(
+            f"option {name} must be a duration such as 500ms, 30s, 15m or 1h, not {raw!r}"
+        )
+    scale = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_000,
+             "min": 60_000, "h": 3_600_000, "d": 86_400_000}[m.group(2)]  # fmt: skip
+    return int(int(m.group(1)) * scale)
+
+
+def _group(o: dict[str, str]) -> tuple[str | None, str | None]:
+    """(the group offsets are committed to, groupIdPrefix): kafka.group.id or commitToGroup
+    name the group itself; groupIdPrefix makes one per query run (the stream reader). A batch
+    read commits nothing (as Spark's, which never commits), so it only checks them."""
+    group = o.get("kafka.group.id") or None
+    legacy = o.get("committogroup") or None
+    if group and legacy and group != legacy:
+        raise InvalidConfigError(
+            "options kafka.group.id and commitToGroup name different groups: give one"
+        )
+    group = group or legacy
+    prefix = o.get("groupidprefix")
+    if prefix is not None and not prefix.strip():
+        raise InvalidConfigError("option groupIdPrefix must not be empty")
+    if prefix and group:
+        raise InvalidConfigError(
+            "options groupIdPrefix and kafka.group.id (or commitToGroup) both name the group: "
+            "give one (kafka.group.id wins in Spark; Headwater asks you to choose)"
+        )
+    return group, prefix
+
+
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate and parse read options; raises InvalidConfigError (naming the option)."""
     o = _lower(options)
-    unknown = sorted(k for k in o if k not in KNOWN and not k.startswith("kafka."))
-    if unknown:
-        raise InvalidConfigError(f"unknown option(s) for format headwater: {unknown}")
+    check_names(o, READ, "read")
+    security = parse_security(o)
     chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in o]
     if len(chosen) != 1:
         raise InvalidConfigError(
@@ -248,8 +361,11 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             raise InvalidConfigError("startingOffsets latest (-1) is not valid for a batch query")
         if ending == "earliest" or (isinstance(ending, dict) and EARLIEST_SPEC in ending.values()):
             raise InvalidConfigError("endingOffsets earliest (-2) is not valid for a batch query")
-        if "maxoffsetspertrigger" in o:
-            raise InvalidConfigError("maxOffsetsPerTrigger is only valid for a streaming query")
+        for name in STREAM_ONLY:
+            if name.lower() in o:
+                raise InvalidConfigError(f"{name} is only valid for a streaming query")
+    max_rows, min_rows, delay = _admission(o)
+    group, prefix = _group(o)
     strategy = o.get("startingoffsetsbytimestampstrategy", "error").lower()
     if strategy not in ("error", "latest"):
         raise InvalidConfigError("startingOffsetsByTimestampStrategy must be error or latest")
@@ -265,15 +381,44 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         starting_ts_strategy=strategy,
         min_partitions=_pos_int(o, "minPartitions"),
         max_records_per_partition=_pos_int(o, "maxRecordsPerPartition"),
-        max_offsets_per_trigger=_pos_int(o, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_rows,
+        min_offsets_per_trigger=min_rows,
+        max_trigger_delay_ms=delay,
         fail_on_data_loss=_bool(o, "failOnDataLoss", True),
         include_headers=_bool(o, "includeHeaders", False),
-        commit_to_group=o.get("committogroup") or None,
-        poll_timeout_ms=_pos_int(o, "pollTimeoutMs", 120_000) or 120_000,
+        commit_to_group=group,
+        group_id_prefix=prefix,
+        poll_timeout_ms=_poll_timeout(o),
         fetch_max_bytes=_pos_int(o, "fetchMaxBytes", 4 * 1024 * 1024) or 4 * 1024 * 1024,
         arrow_batches=_bool(o, "arrowBatches", True),
         isolation_level=_isolation(o),
+        security=security,
     )
+
+
+def _admission(o: dict[str, str]) -> tuple[int | None, int | None, int]:
+    """(maxOffsetsPerTrigger, minOffsetsPerTrigger, maxTriggerDelay ms), as Spark checks
+    them: min <= max, and maxTriggerDelay only with minOffsetsPerTrigger."""
+    max_rows = _pos_int(o, "maxOffsetsPerTrigger")
+    min_rows = _pos_int(o, "minOffsetsPerTrigger")
+    delay = DEFAULT_MAX_TRIGGER_DELAY_MS
+    if "maxtriggerdelay" in o:
+        if min_rows is None:
+            raise InvalidConfigError("option maxTriggerDelay needs minOffsetsPerTrigger")
+        delay = parse_duration_ms("maxTriggerDelay", o["maxtriggerdelay"])
+    if min_rows is not None and max_rows is not None and min_rows > max_rows:
+        raise InvalidConfigError(
+            f"option minOffsetsPerTrigger ({min_rows}) must be <= maxOffsetsPerTrigger ({max_rows})"
+        )
+    return max_rows, min_rows, delay
+
+
+def _poll_timeout(o: dict[str, str]) -> int:
+    """pollTimeoutMs, or Spark's name for it, kafkaConsumer.pollTimeoutMs (not both)."""
+    if "polltimeoutms" in o and "kafkaconsumer.polltimeoutms" in o:
+        raise InvalidConfigError("give one of pollTimeoutMs and kafkaConsumer.pollTimeoutMs")
+    name = "kafkaConsumer.pollTimeoutMs" if "kafkaconsumer.polltimeoutms" in o else "pollTimeoutMs"
+    return _pos_int(o, name, 120_000) or 120_000
 
 
 def _isolation(o: dict[str, str]) -> str:
@@ -298,13 +443,17 @@ class SinkOptions:
     txn_prefix: str | None = None
     txn_timeout_ms: int = 300_000
     commit_topic: str = DEFAULT_COMMIT_TOPIC
+    security: SecuritySpec = PLAINTEXT
 
 
 MAX_TXN_TIMEOUT_MS = 15 * 60 * 1000  # the transaction coordinator's default limit
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Validate and parse write options; raises InvalidConfigError (naming the option)."""
     o = _lower(options)
+    check_names(o, WRITE, "write")
+    security = parse_security(o)
     acks = o.get("acks", "all")
     if acks not in ("all", "-1", "1", "0"):
         raise InvalidConfigError(f"option acks must be all, -1, 1 or 0, not {acks!r}")
@@ -332,4 +481,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         txn_prefix=prefix,
         txn_timeout_ms=timeout,
         commit_topic=o.get("committopic") or DEFAULT_COMMIT_TOPIC,
+        security=security,
     )

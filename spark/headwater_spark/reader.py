@@ -44,6 +44,7 @@ async def _new_consumer(cfg: ExecutorConfig) -> AsyncConsumer:
         fetch_max_wait_ms=200,
         client_id="headwater-spark",
         isolation_level=cfg.isolation_level,
+        security=cfg.security.client_security(),
     )
 
 

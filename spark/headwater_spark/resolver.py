@@ -33,7 +33,8 @@ class DataLossError(OffsetOutOfRangeError):
 class Resolver:
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self.admin = AdminClient(opts.bootstrap)
+        self.security = opts.security.client_security()
+        self.admin = AdminClient(opts.bootstrap, security=self.security)
 
     def close(self) -> None:
         self.admin.close()
@@ -67,7 +68,9 @@ class Resolver:
         ``kafka.isolation.level=read_committed`` the last stable offset (nothing of an open
         transaction is planned, so executors never wait on undecided records)."""
         if self.opts.isolation_level == "read_committed" and tps:
-            consumer = Consumer(self.opts.bootstrap, isolation_level="read_committed")
+            consumer = Consumer(
+                self.opts.bootstrap, isolation_level="read_committed", security=self.security
+            )
             try:
                 ends = consumer.end_offsets(tps)
             finally:

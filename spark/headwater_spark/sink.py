@@ -131,7 +131,12 @@ async def _send_batch(producer: AsyncProducer, rb: pa.RecordBatch, opts: SinkOpt
 
 
 async def _start(opts: SinkOptions) -> AsyncProducer:
-    producer = AsyncProducer(opts.bootstrap, acks=opts.acks, linger_ms=opts.linger_ms)
+    producer = AsyncProducer(
+        opts.bootstrap,
+        acks=opts.acks,
+        linger_ms=opts.linger_ms,
+        security=opts.security.client_security(),
+    )
     await producer.start()
     return producer
 

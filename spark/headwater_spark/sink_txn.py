@@ -74,6 +74,7 @@ async def _open(opts: SinkOptions, tid: str) -> AsyncProducer:
         linger_ms=opts.linger_ms,
         transactional_id=tid,
         transaction_timeout_ms=opts.txn_timeout_ms,
+        security=opts.security.client_security(),
     )
     try:
         await producer.init_transactions()
@@ -137,9 +138,14 @@ def write_transactional(
 
 
 def _end_all(opts: SinkOptions, handles: list[TxnHandle], commit: bool) -> list[BaseException]:
+    security = opts.security.client_security()
+
     async def all_of() -> list[Any]:
         return await asyncio.gather(
-            *(end_transaction(opts.bootstrap, h, commit=commit) for h in handles),
+            *(
+                end_transaction(opts.bootstrap, h, commit=commit, security=security)
+                for h in handles
+            ),
             return_exceptions=True,
         )
 
@@ -155,7 +161,13 @@ def commit_batch(
     handles = [m.handle for m in msgs if m.handle is not None and m.handle.has_partitions]
     if not all(m.replayed for m in msgs):
         decision = decisions.Decision(batch_id, tuple(handles))
-        decisions.write_decision(opts.bootstrap, opts.commit_topic, opts.txn_prefix, decision)
+        decisions.write_decision(
+            opts.bootstrap,
+            opts.commit_topic,
+            opts.txn_prefix,
+            decision,
+            opts.security.client_security(),
+        )
     failed = _end_all(opts, handles, True)
     if failed:
         raise errors.InvalidTxnStateError(
@@ -185,7 +197,9 @@ def abort_batch(
     handles = [m.handle for m in msgs if m.handle is not None]
     if not handles:
         return
-    decided = decisions.latest_decision(opts.bootstrap, opts.commit_topic, opts.txn_prefix)
+    decided = decisions.latest_decision(
+        opts.bootstrap, opts.commit_topic, opts.txn_prefix, opts.security.client_security()
+    )
     if decided is not None and decided.batch == batch_id:
         log.warning("micro-batch %d is decided: not aborting it (a restart commits it)", batch_id)
         return
@@ -232,7 +246,10 @@ class HeadwaterTxnStreamWriter(DataSourceStreamArrowWriter):
         if not self._looked_up:
             assert self.opts.txn_prefix is not None
             self.pending = decisions.latest_decision(
-                self.opts.bootstrap, self.opts.commit_topic, self.opts.txn_prefix
+                self.opts.bootstrap,
+                self.opts.commit_topic,
+                self.opts.txn_prefix,
+                self.opts.security.client_security(),
             )
             self._looked_up = True
         return dict(self.__dict__)

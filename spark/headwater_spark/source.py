@@ -23,7 +23,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from headwater_spark import arrow
-from headwater_spark.options import parse_source_options
+from headwater_spark.options import check_read_options, parse_source_options
 from headwater_spark.partition import HeadwaterPartition
 from headwater_spark.planning import ranges_between, split_ranges
 from headwater_spark.reader import read_range
@@ -52,7 +52,10 @@ class HeadwaterBatchReader(DataSourceReader):
         return [HeadwaterPartition(r, cfg) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, HeadwaterPartition)
+        if not isinstance(partition, HeadwaterPartition):
+            # nothing to read (empty or no partitions): PySpark then plans one placeholder
+            # InputPartition(None) instead of an empty list
+            return iter(())
         return read_range(partition.cfg, partition.rng)
 
 
@@ -64,6 +67,10 @@ class HeadwaterDataSource(DataSource):
         return "headwater"
 
     def schema(self) -> str:
+        """Spark calls this in ``load()`` (reads only): unknown, misspelt or unsupported
+        options and bad security options fail there, naming the option. The batch- or
+        stream-only checks follow when the reader is made (``parse_source_options``)."""
+        check_read_options(self.options)
         include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
         return arrow.schema_ddl(include)
 

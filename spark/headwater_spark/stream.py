@@ -6,17 +6,22 @@ batch's end (or ``startingOffsets`` for the first batch; partitions that appear 
 their log start) and ``end`` is the latest offset, limited by the engine's ReadLimit:
 ``maxOffsetsPerTrigger`` becomes ``ReadMaxRows`` (shared among partitions by backlog), and
 ``Trigger.AvailableNow`` fixes the end at the offsets seen by
-``prepareForTriggerAvailableNow``. Lost offsets (retention deleted them before they were read)
-are handled per ``failOnDataLoss`` on the driver when a batch is planned and again on the
-executor while reading.
+``prepareForTriggerAvailableNow``. ``minOffsetsPerTrigger`` skips a trigger (returns
+``start``, so no micro-batch runs) while fewer offsets are available, until
+``maxTriggerDelay`` has passed since the last admitted micro-batch (as Spark's Kafka source).
+Lost offsets (retention deleted them before they were read) are handled per
+``failOnDataLoss`` on the driver when a batch is planned and again on the executor while
+reading.
 
-With ``commitToGroup`` set, the end offsets of every finished micro-batch become the group's
-committed offsets, so ``headwater groups describe`` shows the job's lag. They are committed
-from ``commit(end)`` and from ``latestOffset(start, ...)``: Spark calls the latter only after
-the batch ending at ``start`` is done (its commit-log entry written; an unfinished batch is
-re-run before any new offset is asked for), and calls it once more when a Trigger.AvailableNow
-query has caught up, whereas ``commit`` for a batch comes only when the next batch is planned.
-Spark's checkpoint, not the group, stays the source of truth for where the query resumes.
+With a group (``kafka.group.id`` or ``commitToGroup``; with ``groupIdPrefix``,
+``<prefix>-<uuid>``, new per query run, as Spark names its groups), the end offsets of every
+finished micro-batch become the group's committed offsets, so ``headwater groups describe``
+shows the job's lag. They are committed from ``commit(end)`` and from
+``latestOffset(start, ...)``: Spark calls the latter only after the batch ending at ``start``
+is done (its commit-log entry written; an unfinished batch is re-run before any new offset is
+asked for), and calls it once more when a Trigger.AvailableNow query has caught up, whereas
+``commit`` for a batch comes only when the next batch is planned. Spark's checkpoint, not the
+group, stays the source of truth for where the query resumes.
 
 Runs on the driver; the :class:`Resolver` (a client with a loop thread) is created lazily and
 never pickled (``read`` runs on executors with only the partition).
@@ -25,6 +30,8 @@ never pickled (``read`` runs on executors with only the partition).
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -33,6 +40,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
@@ -59,6 +67,15 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._resolver: Resolver | None = None
         self._target: PartitionOffsets | None = None  # Trigger.AvailableNow end
         self._group_committed: PartitionOffsets = {}
+        #: the group offsets are committed to: kafka.group.id / commitToGroup, or with
+        #: groupIdPrefix a new one per query run (Spark's "<prefix>-<uuid>" naming)
+        self.group = self.opts.commit_to_group
+        if self.group is None and self.opts.group_id_prefix:
+            self.group = f"{self.opts.group_id_prefix}-{uuid.uuid4()}"
+            log.info("committing offsets to group %s (groupIdPrefix)", self.group)
+        #: when the last micro-batch was admitted (minOffsetsPerTrigger); 0: the first
+        #: trigger is always admitted, as in Spark's Kafka source
+        self._last_trigger_ms = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -78,8 +95,15 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return to_json(r.starting(r.partitions()))
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """maxOffsetsPerTrigger as ReadMaxRows, else minOffsetsPerTrigger as ReadMinRows, else
+        everything. (Python sources get one ReadLimit back, not Spark's composite of both:
+        the minimum is applied from the options whenever the engine's limit is not
+        ReadAllAvailable, which it passes when a trigger wants everything.)"""
         n = self.opts.max_offsets_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        if n:
+            return ReadMaxRows(n)
+        m = self.opts.min_offsets_per_trigger
+        return ReadMinRows(m) if m else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         r = self.resolver
@@ -101,11 +125,32 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             begin.update(r.earliest(new))
         # a log shorter than our position was truncated: nothing to read until it grows back
         latest = {tp: max(n, begin[tp]) for tp, n in latest.items()}
+        if self._delay(begin, latest, limit):
+            return start
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(begin, latest, limit.max_rows)
         end = {tp: begin[tp] for tp in begin if tp not in latest}  # vanished: keep position
         end.update(latest)
         return to_json(end)
+
+    def _delay(self, begin: PartitionOffsets, latest: PartitionOffsets, limit: ReadLimit) -> bool:
+        """minOffsetsPerTrigger / maxTriggerDelay, as Spark's Kafka source: skip this trigger
+        (no new micro-batch) while fewer than the minimum offsets are available, until
+        maxTriggerDelay has passed since the last admitted micro-batch. Not applied to
+        Trigger.AvailableNow (it must finish) nor when the engine asks for everything."""
+        minimum = self.opts.min_offsets_per_trigger
+        if minimum is None or self._target is not None or isinstance(limit, ReadAllAvailable):
+            return False
+        now = time.time() * 1000
+        if now - self._last_trigger_ms >= self.opts.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        available = sum(latest[tp] - begin.get(tp, 0) for tp in latest)
+        if available < minimum:
+            log.debug("delaying the micro-batch: %d offsets available < %d", available, minimum)
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         r = self.resolver
@@ -139,7 +184,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._commit_group(from_json(end))
 
     def _commit_group(self, offsets: PartitionOffsets) -> None:
-        group = self.opts.commit_to_group
+        group = self.group
         if not group or not offsets or offsets == self._group_committed:
             return
         try:

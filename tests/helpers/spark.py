@@ -39,3 +39,17 @@ def produce(
         ]
         p.flush()
         return [f.result(timeout=30) for f in futs]
+
+
+def stream_from_earliest(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
+    """``spark.readStream.format("headwater")`` of ``topic`` from its earliest offsets, with
+    ``options`` added; the loaded streaming DataFrame."""
+    reader = (
+        spark.readStream.format("headwater")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()

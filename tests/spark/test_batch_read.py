@@ -102,3 +102,10 @@ def test_bad_options_raise_typed_errors(spark: Any, cluster: Any, events: Any) -
         _read(
             spark, cluster.bootstrap, subscribe="events", startingOffsets='{"events": {"0": 1}}'
         ).collect()
+
+
+def test_batch_read_of_an_empty_topic_is_empty(spark: Any, cluster: Any) -> None:
+    """No range to read: PySpark plans a placeholder partition, which reads nothing."""
+    make_topic(cluster.bootstrap, "empty-topic", 2)
+    df = _read(spark, cluster.bootstrap, subscribe="empty-topic")
+    assert df.collect() == []
