@@ -38,6 +38,12 @@ PRODUCE_DUPLICATES = prom.Counter(
     "Idempotent produce entries answered as duplicates (nothing appended), by topic",
     ["topic"],
 )
+PRODUCE_ERRORS = prom.Counter(
+    "headwater_broker_produce_errors_total",
+    "Produce entries answered with an error (nothing appended, or appended and not "
+    "acknowledged in time), by topic and error code name",
+    ["topic", "error"],
+)
 PRODUCER_REJECTIONS = prom.Counter(
     "headwater_broker_producer_rejections_total",
     "Produce entries and transaction markers refused by a partition's producer-state checks, "

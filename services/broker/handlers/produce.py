@@ -36,6 +36,7 @@ from headwater.errors import (
 )
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.broker import metrics
 from services.broker.codes import error_code
 from services.broker.handlers.produce_wire import ProduceRequestView
 from services.broker.replica_manager import ReplicaManager
@@ -91,6 +92,7 @@ async def append_to_partition(
     except Exception as exc:
         result.error_code = error_code(exc)
         result.error_message = message_of(exc)
+        metrics.PRODUCE_ERRORS.labels(topic, ErrorCode.Name(result.error_code)).inc()
         if result.error_code == ErrorCode.UNKNOWN_SERVER_ERROR:
             log.exception("append to %s-%d failed", topic, partition)
         return result
