@@ -176,6 +176,17 @@ class Bench:
         self.partitions = [int(p) for p in args.partitions.split(",")]
         self.sizes = {100: args.records_100, 1024: args.records_1k}
 
+    def attempt(self, system: str, op: str, size: int, parts: int, fn: Callable[[], Any]) -> Any:
+        """Run one measurement; a failure is recorded as an error row and the run goes on."""
+        try:
+            return fn()
+        except Exception as e:
+            row = {"system": system, "op": op, "record_size": size, "partitions": parts}
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            self.rows.append(row)
+            log(json.dumps(row))
+            return None
+
     def record(self, system: str, op: str, size: int, parts: int, n: int, secs: float) -> None:
         row = {
             "system": system,
@@ -284,25 +295,42 @@ class Bench:
         for size, n in self.sizes.items():
             for parts in self.partitions:
                 topic = f"s{size}-p{parts}"
-                make(topic, parts)
-                secs = self.write(fmt, bootstrap, topic, self.generated(n, size, parts))
-                self.record(system, "write (batch df.write)", size, parts, n, secs)
-                topics[topic] = (size, parts, n)
-        first = next(iter(topics))
-        self.batch_read(fmt, bootstrap, first)  # warm-up: JVM, Python workers, connections
+
+                def write(topic: str = topic, parts: int = parts, n: int = n, size: int = size):
+                    make(topic, parts)
+                    secs = self.write(fmt, bootstrap, topic, self.generated(n, size, parts))
+                    self.record(system, "write (batch df.write)", size, parts, n, secs)
+                    return True
+
+                if self.attempt(system, "write (batch df.write)", size, parts, write):
+                    topics[topic] = (size, parts, n)
+        if topics:  # warm-up: JVM, Python workers, connections
+            first = next(iter(topics))
+            self.attempt(system, "warm-up", 0, 0, lambda: self.batch_read(fmt, bootstrap, first))
+        mopt = self.args.max_offsets_per_trigger
         for topic, (size, parts, n) in topics.items():
-            got, nbytes, secs = self.batch_read(fmt, bootstrap, topic)
-            self.check(f"{system} batch {topic}", (got, nbytes), (n, n * size))
-            self.record(system, "read batch count/sum", size, parts, n, secs)
-            got, nbytes, _, secs = self.stream_read(fmt, bootstrap, topic, None)
-            self.check(f"{system} AvailableNow {topic}", (got, nbytes), (n, n * size))
-            self.record(system, "read stream AvailableNow", size, parts, n, secs)
-            mopt = self.args.max_offsets_per_trigger
-            got, nbytes, batches, secs = self.stream_read(fmt, bootstrap, topic, mopt)
-            self.check(f"{system} maxOffsetsPerTrigger {topic}", (got, nbytes), (n, n * size))
-            if batches < n // mopt:
-                raise RuntimeError(f"{system} {topic}: {batches} micro-batches for {n} records")
-            self.record(system, f"read stream maxOffsetsPerTrigger={mopt}", size, parts, n, secs)
+
+            def batch(topic: str = topic, size: int = size, parts: int = parts, n: int = n):
+                got, nbytes, secs = self.batch_read(fmt, bootstrap, topic)
+                self.check(f"{system} batch {topic}", (got, nbytes), (n, n * size))
+                self.record(system, "read batch count/sum", size, parts, n, secs)
+
+            def avail(topic: str = topic, size: int = size, parts: int = parts, n: int = n):
+                got, nbytes, _, secs = self.stream_read(fmt, bootstrap, topic, None)
+                self.check(f"{system} AvailableNow {topic}", (got, nbytes), (n, n * size))
+                self.record(system, "read stream AvailableNow", size, parts, n, secs)
+
+            def limited(topic: str = topic, size: int = size, parts: int = parts, n: int = n):
+                got, nbytes, batches, secs = self.stream_read(fmt, bootstrap, topic, mopt)
+                self.check(f"{system} maxOffsetsPerTrigger {topic}", (got, nbytes), (n, n * size))
+                if batches < n // mopt:
+                    raise RuntimeError(f"{topic}: {batches} micro-batches for {n} records")
+                op = f"read stream maxOffsetsPerTrigger={mopt}"
+                self.record(system, op, size, parts, n, secs)
+
+            self.attempt(system, "read batch count/sum", size, parts, batch)
+            self.attempt(system, "read stream AvailableNow", size, parts, avail)
+            self.attempt(system, f"read stream maxOffsetsPerTrigger={mopt}", size, parts, limited)
         # streaming writes: the Parquet records into a fresh topic per sink
         n, parts = self.args.stream_write_records, self.partitions[0]
         sinks: list[tuple[str, dict[str, str]]] = [("at-least-once", {})]
@@ -312,11 +340,18 @@ class Bench:
             )
         for name, opts in sinks:
             topic = f"sw-{name}"
-            make(topic, parts)
-            secs = self.stream_write(fmt, bootstrap, topic, **opts)
-            got, nbytes, _ = self.batch_read(fmt, bootstrap, topic)
-            self.check(f"{system} stream write {name}", (got, nbytes), (n, n * 100))
-            self.record(system, f"write stream AvailableNow, {name}", 100, parts, n, secs)
+            op = f"write stream AvailableNow, {name}"
+
+            def swrite(
+                topic: str = topic, name: str = name, opts: dict[str, str] = opts, op: str = op
+            ):
+                make(topic, parts)
+                secs = self.stream_write(fmt, bootstrap, topic, **opts)
+                got, nbytes, _ = self.batch_read(fmt, bootstrap, topic)
+                self.check(f"{system} stream write {name}", (got, nbytes), (n, n * 100))
+                self.record(system, op, 100, parts, n, secs)
+
+            self.attempt(system, op, 100, parts, swrite)
 
 
 # ---------------------------------------------------------------- the run
@@ -349,6 +384,8 @@ def spark_session(jars: list[Path]) -> Iterator[Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    errors = [r for r in rows if "error" in r]
+    rows = [r for r in rows if "error" not in r]
     by = {(r["system"], r["op"], r["record_size"], r["partitions"]): r for r in rows}
     out = [
         "| operation | record | partitions | records | Kafka rows/s | Kafka MB/s "
@@ -370,6 +407,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             cells += [f"{x['rows_per_s']:,}", str(x["mb_per_s"])] if x else ["-", "-"]
         cells.append(f"{h['rows_per_s'] / k['rows_per_s']:.2f}x" if k and h else "-")
         out.append("| " + " | ".join(cells) + " |")
+    out += [
+        f"\nFailed: {r['system']} {r['op']} ({r['record_size']} B, "
+        f"{r['partitions']} partitions): {r['error']}"
+        for r in errors
+    ]
     return "\n".join(out)
 
 
