@@ -175,6 +175,7 @@ class Bench:
         self.rows: list[dict[str, Any]] = []
         self.partitions = [int(p) for p in args.partitions.split(",")]
         self.sizes = {100: args.records_100, 1024: args.records_1k}
+        self.last_durations: dict[str, int] = {}
 
     def attempt(self, system: str, op: str, size: int, parts: int, fn: Callable[[], Any]) -> Any:
         """Run one measurement; a failure is recorded as an error row and the run goes on."""
@@ -187,7 +188,16 @@ class Bench:
             log(json.dumps(row))
             return None
 
-    def record(self, system: str, op: str, size: int, parts: int, n: int, secs: float) -> None:
+    def record(
+        self,
+        system: str,
+        op: str,
+        size: int,
+        parts: int,
+        n: int,
+        secs: float,
+        durations: dict[str, int] | None = None,
+    ) -> None:
         row = {
             "system": system,
             "op": op,
@@ -199,6 +209,8 @@ class Bench:
             "mb_per_s": round(n * size / secs / 1e6, 1),
             "load_avg_1m": round(os.getloadavg()[0], 1),
         }
+        if durations:
+            row["durations_ms"] = durations
         self.rows.append(row)
         log(json.dumps(row))
 
@@ -217,7 +229,9 @@ class Bench:
         self, fmt: str, bootstrap: str, topic: str, max_offsets: int | None
     ) -> tuple[int, int, int, float]:
         """Trigger.AvailableNow into foreachBatch(count, sum(length(value))): (records, bytes,
-        micro-batches, seconds from start() to the query's end)."""
+        micro-batches, seconds from start() to the query's end). The query's progress
+        ``durationMs`` (latestOffset, queryPlanning, addBatch, walCommit, ...), summed over its
+        micro-batches, is kept in :attr:`last_durations`: where the time went."""
         totals = [0, 0, 0]
 
         def each(df: Any, _batch_id: int) -> None:
@@ -244,6 +258,10 @@ class Bench:
         secs = time.perf_counter() - t0
         if q.exception() is not None:
             raise RuntimeError(f"{fmt} stream read of {topic}: {q.exception()}")
+        self.last_durations = {}
+        for p in q.recentProgress:
+            for k, v in (p.durationMs or {}).items():
+                self.last_durations[k] = self.last_durations.get(k, 0) + int(v)
         shutil.rmtree(ckpt, ignore_errors=True)
         return totals[0], totals[1], totals[2], secs
 
@@ -292,6 +310,13 @@ class Bench:
     ) -> None:
         """Every row for one system: writes (which fill the topics), then reads."""
         topics = {}
+        p0 = self.partitions[0]
+
+        def warm_write() -> None:  # Python workers of the sink, producer connections
+            make("warm-up", p0)
+            self.write(fmt, bootstrap, "warm-up", self.generated(10_000, 100, p0))
+
+        self.attempt(system, "warm-up", 0, 0, warm_write)
         for size, n in self.sizes.items():
             for parts in self.partitions:
                 topic = f"s{size}-p{parts}"
@@ -318,7 +343,9 @@ class Bench:
             def avail(topic: str = topic, size: int = size, parts: int = parts, n: int = n):
                 got, nbytes, _, secs = self.stream_read(fmt, bootstrap, topic, None)
                 self.check(f"{system} AvailableNow {topic}", (got, nbytes), (n, n * size))
-                self.record(system, "read stream AvailableNow", size, parts, n, secs)
+                self.record(
+                    system, "read stream AvailableNow", size, parts, n, secs, self.last_durations
+                )
 
             def limited(topic: str = topic, size: int = size, parts: int = parts, n: int = n):
                 got, nbytes, batches, secs = self.stream_read(fmt, bootstrap, topic, mopt)
@@ -326,7 +353,7 @@ class Bench:
                 if batches < n // mopt:
                     raise RuntimeError(f"{topic}: {batches} micro-batches for {n} records")
                 op = f"read stream maxOffsetsPerTrigger={mopt}"
-                self.record(system, op, size, parts, n, secs)
+                self.record(system, op, size, parts, n, secs, self.last_durations)
 
             self.attempt(system, "read batch count/sum", size, parts, batch)
             self.attempt(system, "read stream AvailableNow", size, parts, avail)
