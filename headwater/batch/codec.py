@@ -11,7 +11,6 @@ Who uses what:
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -231,13 +230,6 @@ def validate_batches(
     return found
 
 
-#: Where ``base_sequence`` and the CRC sit in a batch header (headwater.batch.layout).
-BASE_SEQUENCE_AT = 56
-BASE_SEQUENCE = struct.Struct("<i")
-CRC_AT = 20
-CRC = struct.Struct("<I")
-
-
 def patch_header(header_bytes: bytearray | memoryview, base_offset: int, leader_epoch: int) -> None:
     """Assign a batch's offsets and leader epoch in place (fields outside the CRC)."""
     BASE_OFFSET.pack_into(header_bytes, 0, base_offset)
@@ -268,8 +260,11 @@ def with_base_sequence(batch: bytes, base_sequence: int) -> bytes:
     """
     out = bytearray(batch)
     h = parse_header(out, 0)
-    BASE_SEQUENCE.pack_into(out, BASE_SEQUENCE_AT, base_sequence)
-    CRC.pack_into(out, CRC_AT, int(crc32c.crc32c(memoryview(out)[CRC_START : h.total_size])))
+    fields = list(HEADER.unpack_from(out, 0))
+    fields[12] = base_sequence
+    HEADER.pack_into(out, 0, *fields)
+    fields[5] = compute_crc(out, 0, h)
+    HEADER.pack_into(out, 0, *fields)
     return bytes(out)
 
 
