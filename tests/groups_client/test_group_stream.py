@@ -358,7 +358,7 @@ def test_stream_and_classic_members_share_a_group(scluster: LocalCluster) -> Non
                 lambda: _ended(s), timeout=SESSION_MS / 1000 + 30, what="the stream to end"
             )
             assert isinstance(s.error, errors.RequestTimedOutError), s.error
-            assert s.call.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert await s.call.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
             async def took_over() -> bool:
                 return set(classic.c.assignment()) == all_parts(topic, n) and not (
