@@ -223,18 +223,25 @@ def ref_name(descriptor: dict[str, object]) -> object:
     return annotations.get("org.opencontainers.image.ref.name")
 
 
-def check_no_whiteouts(upper: Path) -> None:
-    """An overlay upper directory becomes a layer as is: it must not delete anything below."""
+def check_no_whiteouts(upper: Path, lowers: Sequence[Path]) -> None:
+    """An overlay upper directory becomes a layer as is: it must not delete anything below.
+
+    A whiteout (character device 0/0) is refused. An opaque directory is refused only when a
+    lower layer has that directory: overlayfs also marks directories opaque that were made
+    where no lower one exists (dpkg's unpacking of openjdk does), which hides nothing (and GNU
+    tar does not carry the xattr into the layer)."""
     for dirpath, dirnames, filenames in os.walk(upper):
         for name in dirnames + filenames:
             st = os.lstat(os.path.join(dirpath, name))
             if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
                 raise BuildError(f"{dirpath}/{name}: the install removed a file of a lower layer")
         try:
-            if os.getxattr(dirpath, "trusted.overlay.opaque") == b"y":
-                raise BuildError(f"{dirpath}: the install replaced a directory of a lower layer")
+            opaque = os.getxattr(dirpath, "trusted.overlay.opaque") == b"y"
         except OSError:
-            pass
+            opaque = False
+        rel = os.path.relpath(dirpath, upper)
+        if opaque and any(os.path.lexists(os.path.join(lower, rel)) for lower in lowers):
+            raise BuildError(f"{dirpath}: the install replaced a directory of a lower layer")
 
 
 def chroot_in_overlay(
@@ -276,7 +283,7 @@ def chroot_in_overlay(
         shutil.rmtree(work, ignore_errors=True)
         if merged.exists():
             merged.rmdir()
-    check_no_whiteouts(upper)
+    check_no_whiteouts(upper, lowers)
 
 
 class Builder:

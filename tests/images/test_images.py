@@ -35,7 +35,7 @@ from tests.helpers.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "scripts" / "k8s" / "build-images.sh"
-NAMES = ("headwater", "headwater-operator", "etcd")
+NAMES = ("headwater", "headwater-operator", "etcd", "headwater-spark")
 # what the Headwater wheel is built from (scripts/k8s/build_images.py SOURCES)
 SOURCES = ("pyproject.toml", "README.md", "proto", "headwater", "services", "spark", "operator")
 # a cold build downloads Debian packages and wheels: generous bounds, not timing checks
@@ -139,8 +139,8 @@ def test_archive_is_valid_oci(images: dict[str, dict[str, str]], name: str) -> N
 
 
 def test_layers_are_shared(images: dict[str, dict[str, str]]) -> None:
-    """The base layer is the same blob in the three images, the dependency layer in the services
-    and operator images."""
+    """The base layer is the same blob in every image, the dependency layer in the services,
+    operator and Spark images."""
     layers = {
         name: [x["digest"] for x in OciArchive(Path(images[name]["archive"])).manifest()["layers"]]
         for name in NAMES
@@ -150,6 +150,8 @@ def test_layers_are_shared(images: dict[str, dict[str, str]]) -> None:
     assert layers["headwater-operator"][:2] == layers["headwater"][:2]
     assert len(layers["etcd"]) == 2  # base, etcd-server
     assert layers["etcd"][0] == layers["headwater"][0]
+    assert len(layers["headwater-spark"]) == 5  # base, deps, pyspark, Java runtime, app
+    assert layers["headwater-spark"][:2] == layers["headwater"][:2]
 
 
 def test_configs_run_the_expected_programs(images: dict[str, dict[str, str]]) -> None:
@@ -171,6 +173,11 @@ def test_configs_run_the_expected_programs(images: dict[str, dict[str, str]]) ->
     etcd = configs["etcd"]
     assert etcd["Entrypoint"] == ["/usr/local/bin/etcd"]  # what charts/headwater runs
     assert etcd["User"] == "10001:10001"
+    spark = configs["headwater-spark"]
+    assert spark["User"] == "10001:10001"
+    env = dict(e.split("=", 1) for e in spark["Env"])
+    assert env["JAVA_HOME"] == "/usr/lib/jvm/java-17-openjdk-amd64"
+    assert env["HOME"] == "/tmp"  # a pod mounts a writable volume there
 
 
 def unpack(archive: Path, dest: Path) -> Path:
@@ -266,7 +273,7 @@ def test_services_image_runs_the_services(
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-def test_operator_and_etcd_images_run(
+def test_operator_etcd_and_spark_images_run(
     images: dict[str, dict[str, str]], rootfs: dict[str, Path]
 ) -> None:
     config = config_of(images, "headwater-operator")
@@ -277,6 +284,14 @@ def test_operator_and_etcd_images_run(
     proc = run_in(rootfs["etcd"], config, [*config["Entrypoint"], "--version"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("etcd Version: 3."), proc.stdout
+    config = config_of(images, "headwater-spark")
+    probe = "import headwater_spark, pyspark; print(pyspark.__version__)"
+    proc = run_in(rootfs["headwater-spark"], config, ["python3", "-c", probe])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("4."), proc.stdout
+    proc = run_in(rootfs["headwater-spark"], config, ["java", "-version"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'version "17.' in proc.stderr, proc.stderr
 
 
 def test_python_change_rebuilds_only_the_top_layer(
