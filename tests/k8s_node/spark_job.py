@@ -54,7 +54,6 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.driver.memory", args.driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(args.cores))
-        .config("spark.local.dir", "/tmp/spark")
         .getOrCreate()
     )
     try:
@@ -82,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         written = result.count()
         (
             result.write.format("headwater")
+            .mode("append")  # Spark's Kafka sink takes append (the default is ErrorIfExists)
             .option("kafka.bootstrap.servers", args.bootstrap)
             .option("topic", args.result)
             .save()
