@@ -35,7 +35,12 @@ from tests.helpers.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "scripts" / "k8s" / "build-images.sh"
-NAMES = ("headwater", "headwater-operator", "etcd", "headwater-spark")
+#: the chart's images: unpacked and run here, imported by a private containerd
+NAMES = ("headwater", "headwater-operator", "etcd")
+#: built by default too; checked here for its layers and configuration only: the node's
+#: tests/k8s_node/test_spark_on_k8s.py imports it and runs a Spark job in it, so unpacking
+#: and importing its 684 MiB here again would only add minutes to CI
+SPARK = "headwater-spark"
 # what the Headwater wheel is built from (scripts/k8s/build_images.py SOURCES)
 SOURCES = ("pyproject.toml", "README.md", "proto", "headwater", "services", "spark", "operator")
 # a cold build downloads Debian packages and wheels: generous bounds, not timing checks
@@ -64,7 +69,7 @@ def build(*args: str) -> dict[str, dict[str, str]]:
 @pytest.fixture(scope="session")
 def images() -> dict[str, dict[str, str]]:
     built = build()
-    assert set(built) == set(NAMES)
+    assert set(built) == {*NAMES, SPARK}
     return built
 
 
@@ -143,7 +148,7 @@ def test_layers_are_shared(images: dict[str, dict[str, str]]) -> None:
     operator and Spark images."""
     layers = {
         name: [x["digest"] for x in OciArchive(Path(images[name]["archive"])).manifest()["layers"]]
-        for name in NAMES
+        for name in (*NAMES, SPARK)
     }
     assert len(layers["headwater"]) == 4  # base, deps, server deps, app
     assert len(layers["headwater-operator"]) == 4  # base, deps, operator deps, app
@@ -155,7 +160,9 @@ def test_layers_are_shared(images: dict[str, dict[str, str]]) -> None:
 
 
 def test_configs_run_the_expected_programs(images: dict[str, dict[str, str]]) -> None:
-    configs = {n: OciArchive(Path(images[n]["archive"])).config()["config"] for n in NAMES}
+    configs = {
+        n: OciArchive(Path(images[n]["archive"])).config()["config"] for n in (*NAMES, SPARK)
+    }
     services = configs["headwater"]
     # as the Dockerfile: the chart's command picks the service; no ENTRYPOINT to override
     assert not services.get("Entrypoint")
@@ -173,7 +180,7 @@ def test_configs_run_the_expected_programs(images: dict[str, dict[str, str]]) ->
     etcd = configs["etcd"]
     assert etcd["Entrypoint"] == ["/usr/local/bin/etcd"]  # what charts/headwater runs
     assert etcd["User"] == "10001:10001"
-    spark = configs["headwater-spark"]
+    spark = configs[SPARK]
     assert spark["User"] == "10001:10001"
     env = dict(e.split("=", 1) for e in spark["Env"])
     assert env["JAVA_HOME"] == "/usr/lib/jvm/java-17-openjdk-amd64"
@@ -273,7 +280,7 @@ def test_services_image_runs_the_services(
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-def test_operator_etcd_and_spark_images_run(
+def test_operator_and_etcd_images_run(
     images: dict[str, dict[str, str]], rootfs: dict[str, Path]
 ) -> None:
     config = config_of(images, "headwater-operator")
@@ -284,14 +291,6 @@ def test_operator_etcd_and_spark_images_run(
     proc = run_in(rootfs["etcd"], config, [*config["Entrypoint"], "--version"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("etcd Version: 3."), proc.stdout
-    config = config_of(images, "headwater-spark")
-    probe = "import headwater_spark, pyspark; print(pyspark.__version__)"
-    proc = run_in(rootfs["headwater-spark"], config, ["python3", "-c", probe])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.startswith("4."), proc.stdout
-    proc = run_in(rootfs["headwater-spark"], config, ["java", "-version"])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert 'version "17.' in proc.stderr, proc.stderr
 
 
 def test_python_change_rebuilds_only_the_top_layer(
@@ -328,7 +327,9 @@ def test_python_change_rebuilds_only_the_top_layer(
     assert text.endswith(marker)
     assert not any("/numpy/" in n for n in names)  # dependencies stay in their layer
     again = build()
-    assert {n: again[n]["ref"] for n in NAMES} == {n: images[n]["ref"] for n in NAMES}
+    assert {n: again[n]["ref"] for n in (*NAMES, SPARK)} == {
+        n: images[n]["ref"] for n in (*NAMES, SPARK)
+    }
     assert os.path.getsize(again["headwater"]["archive"]) > 0
 
 
