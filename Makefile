@@ -31,10 +31,11 @@
 #   make bench-peers Headwater side by side with Apache Kafka, NATS JetStream and Redis Streams
 #                (bench/side_by_side.py: installs the `bench` extra, fetches the peers from Maven
 #                Central / apt / the Go proxy, ~45 min; BENCH_FLAGS e.g. --quick; not part of CI)
-#   make images  build the services, operator and etcd images without Docker (mmdebstrap, pip,
-#                umoci) as OCI archives under ~/.cache/headwater-k8s/images/out; prints their
-#                references (scripts/k8s/build-images.sh; cold ~9 min, a Python-only change
-#                ~45 s, nothing changed ~1 s, on 2 loaded cores: docs/kubernetes.md "Images")
+#   make images  build the services, operator, etcd and Spark images without Docker (mmdebstrap,
+#                pip, apt, umoci) as OCI archives under ~/.cache/headwater-k8s/images/out; prints
+#                their references (scripts/k8s/build-images.sh; cold ~11 min, a Python-only
+#                change ~1 min, nothing changed ~1 s, on 2 loaded cores: docs/kubernetes.md
+#                "Images")
 #   make test-images  `make images`, then tests/images (archives valid OCI, the images run
 #                chrooted without network, a Python-only change rebuilds only the top layer)
 #   make k8s-node    bring up a single-node Kubernetes inside a private network namespace

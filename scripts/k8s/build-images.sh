@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build Headwater's images without a Docker engine: the services image (broker, controller,
-# coordinator), the operator image and an etcd image, as OCI archives that
+# coordinator), the operator image, an etcd image and the Spark image (PySpark, Java 17 and
+# headwater_spark, for Spark jobs in pods), as OCI archives that
 # `ctr -n k8s.io images import` takes. Cached and idempotent: a Python-only change rebuilds only
 # the top layer. See scripts/k8s/build_images.py and docs/kubernetes.md ("Images").
 #
-#   scripts/k8s/build-images.sh [headwater|headwater-operator|etcd ...] [--refresh]
+#   scripts/k8s/build-images.sh [headwater|headwater-operator|etcd|headwater-spark ...] [--refresh]
 #   scripts/k8s/build-images.sh --skaffold     # skaffold's custom builder: builds $IMAGE
 #
 # Prints one line per image: NAME REFERENCE ARCHIVE SIZE; the same, with digests, goes to

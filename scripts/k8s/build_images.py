@@ -16,11 +16,16 @@ changed):
   kopf) -> ``app``. It shares its first two layers with ``headwater``.
 * ``etcd``: ``base`` -> ``etcd`` (Debian's ``etcd-server``, apt-get chrooted on ``base``; the
   chart runs ``/usr/local/bin/etcd``, a link to Debian's ``/usr/bin/etcd``).
+* ``headwater-spark`` (a Spark job in a pod, local mode): ``base`` -> ``deps`` -> ``spark-deps``
+  (the ``spark`` extra: pyspark, whose wheel carries Spark's jars) -> ``jre`` (Debian's
+  ``openjdk-17-jre-headless``, apt-get chrooted on the layers below) -> ``app`` (the same wheel,
+  which holds ``headwater_spark``). It shares ``base`` and ``deps`` with ``headwater``.
 
 Layers live in one OCI layout (``<cache>/oci``, tags ``<kind>-<key>``); the unpacked directory
 of every layer stays next to it (``<cache>/layers/<tag>``) to be the lower directory of an
 overlay mount when the next layer is installed (pip runs chrooted in that overlay, without
-network: every wheel is fetched on the host first; only the etcd layer's apt-get has network).
+network: every wheel is fetched on the host first; only the etcd and jre layers' apt-get has
+network).
 Each image is written as an OCI archive (``<cache>/out/<name>.oci.tar``) whose index names the
 image for containerd (``io.containerd.image.name``), so ``ctr -n k8s.io images import
 <archive>`` imports it under its reference. ``<cache>/out/images.json`` lists reference, digest
@@ -78,6 +83,20 @@ ETCD_INSTALL = (
     "ln -sf /usr/bin/etcd /usr/local/bin/etcd\n"
     f"mkdir -p /var/lib/etcd && chown {UID}:{UID} /var/lib/etcd\n"
 )
+# the Spark image: Debian's Java 17 runtime (headless) for PySpark's JVM, chrooted on the layers
+# below it. update-alternatives links java's man page into /usr/share/man/man1, which the base
+# removed: it is made first and removed again with the rest of what apt-get wrote.
+JRE_INSTALL = (
+    "set -e\n"
+    "mkdir -p /usr/share/man/man1\n"
+    "apt-get update -qq\n"
+    "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
+    " openjdk-17-jre-headless\n"
+    "find /var/lib/apt/lists -maxdepth 1 -type f ! -name lock -delete\n"
+    "rm -rf /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /var/log/apt/* /var/log/*.log"
+    " /usr/share/doc/* /usr/share/man/*\n"
+)
+JAVA_HOME = "/usr/lib/jvm/java-17-openjdk-amd64"
 # the files the Headwater wheel is built from (the Dockerfiles copy the same)
 SOURCES = ["pyproject.toml", "README.md", "proto", "headwater", "services", "spark", "operator"]
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -204,18 +223,25 @@ def ref_name(descriptor: dict[str, object]) -> object:
     return annotations.get("org.opencontainers.image.ref.name")
 
 
-def check_no_whiteouts(upper: Path) -> None:
-    """An overlay upper directory becomes a layer as is: it must not delete anything below."""
+def check_no_whiteouts(upper: Path, lowers: Sequence[Path]) -> None:
+    """An overlay upper directory becomes a layer as is: it must not delete anything below.
+
+    A whiteout (character device 0/0) is refused. An opaque directory is refused only when a
+    lower layer has that directory: overlayfs also marks directories opaque that were made
+    where no lower one exists (dpkg's unpacking of openjdk does), which hides nothing (and GNU
+    tar does not carry the xattr into the layer)."""
     for dirpath, dirnames, filenames in os.walk(upper):
         for name in dirnames + filenames:
             st = os.lstat(os.path.join(dirpath, name))
             if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
                 raise BuildError(f"{dirpath}/{name}: the install removed a file of a lower layer")
         try:
-            if os.getxattr(dirpath, "trusted.overlay.opaque") == b"y":
-                raise BuildError(f"{dirpath}: the install replaced a directory of a lower layer")
+            opaque = os.getxattr(dirpath, "trusted.overlay.opaque") == b"y"
         except OSError:
-            pass
+            opaque = False
+        rel = os.path.relpath(dirpath, upper)
+        if opaque and any(os.path.lexists(os.path.join(lower, rel)) for lower in lowers):
+            raise BuildError(f"{dirpath}: the install replaced a directory of a lower layer")
 
 
 def chroot_in_overlay(
@@ -257,7 +283,7 @@ def chroot_in_overlay(
         shutil.rmtree(work, ignore_errors=True)
         if merged.exists():
             merged.rmdir()
-    check_no_whiteouts(upper)
+    check_no_whiteouts(upper, lowers)
 
 
 class Builder:
@@ -483,6 +509,13 @@ class Builder:
             base = self.debian_rootfs("base", PYTHON_PACKAGES, [USER_HOOK])
             stack = [base, self.apt_layer("etcd", [base], ETCD_INSTALL)]
             version = etcd_version(self.layer_dir(stack[-1]) / "upper")
+        elif name == "headwater-spark":
+            base = self.debian_rootfs("base", PYTHON_PACKAGES, [USER_HOOK])
+            stack = [base, self.pip_layer("deps", [base], self.requirements())]
+            stack.append(self.pip_layer("spark-deps", stack, self.requirements("spark")))
+            stack.append(self.apt_layer("jre", stack, JRE_INSTALL))
+            stack.append(self.app_layer(stack, source_tree_hash(self.source)))
+            version = str(self.project["version"])
         elif name == "base":
             stack = [self.debian_rootfs("base", PYTHON_PACKAGES, [USER_HOOK])]
             version = SUITE
@@ -551,10 +584,24 @@ IMAGES: dict[str, ImageSpec] = {
         volumes=("/var/lib/etcd",),
         workdir="/var/lib/etcd",
     ),
+    # a Spark job in a pod (docs/spark.md, "Spark on Kubernetes"): PySpark in local mode with
+    # the `headwater` data source; the pod's command runs the job (python JOB.py)
+    "headwater-spark": ImageSpec(
+        cmd=("python3",),
+        env=(
+            f"JAVA_HOME={JAVA_HOME}",
+            "PYSPARK_PYTHON=python3",
+            # Spark's scratch, Ivy's and the JVM's files: the pod mounts a volume at /tmp
+            "HOME=/tmp",
+            "PYTHONDONTWRITEBYTECODE=1",
+            "PYTHONUNBUFFERED=1",
+        ),
+        workdir="/tmp",
+    ),
     # not built by default: the Dockerfiles' BASE_IMAGE for `docker load` (Dockerfile, top)
     "base": ImageSpec(cmd=("python3",)),
 }
-DEFAULT_IMAGES = ["headwater", "headwater-operator", "etcd"]
+DEFAULT_IMAGES = ["headwater", "headwater-operator", "etcd", "headwater-spark"]
 
 
 def etcd_version(rootfs: Path) -> str:

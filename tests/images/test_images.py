@@ -35,7 +35,12 @@ from tests.helpers.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "scripts" / "k8s" / "build-images.sh"
+#: the chart's images: unpacked and run here, imported by a private containerd
 NAMES = ("headwater", "headwater-operator", "etcd")
+#: built by default too; checked here for its layers and configuration only: the node's
+#: tests/k8s_node/test_spark_on_k8s.py imports it and runs a Spark job in it, so unpacking
+#: and importing its 684 MiB here again would only add minutes to CI
+SPARK = "headwater-spark"
 # what the Headwater wheel is built from (scripts/k8s/build_images.py SOURCES)
 SOURCES = ("pyproject.toml", "README.md", "proto", "headwater", "services", "spark", "operator")
 # a cold build downloads Debian packages and wheels: generous bounds, not timing checks
@@ -64,7 +69,7 @@ def build(*args: str) -> dict[str, dict[str, str]]:
 @pytest.fixture(scope="session")
 def images() -> dict[str, dict[str, str]]:
     built = build()
-    assert set(built) == set(NAMES)
+    assert set(built) == {*NAMES, SPARK}
     return built
 
 
@@ -139,21 +144,25 @@ def test_archive_is_valid_oci(images: dict[str, dict[str, str]], name: str) -> N
 
 
 def test_layers_are_shared(images: dict[str, dict[str, str]]) -> None:
-    """The base layer is the same blob in the three images, the dependency layer in the services
-    and operator images."""
+    """The base layer is the same blob in every image, the dependency layer in the services,
+    operator and Spark images."""
     layers = {
         name: [x["digest"] for x in OciArchive(Path(images[name]["archive"])).manifest()["layers"]]
-        for name in NAMES
+        for name in (*NAMES, SPARK)
     }
     assert len(layers["headwater"]) == 4  # base, deps, server deps, app
     assert len(layers["headwater-operator"]) == 4  # base, deps, operator deps, app
     assert layers["headwater-operator"][:2] == layers["headwater"][:2]
     assert len(layers["etcd"]) == 2  # base, etcd-server
     assert layers["etcd"][0] == layers["headwater"][0]
+    assert len(layers["headwater-spark"]) == 5  # base, deps, pyspark, Java runtime, app
+    assert layers["headwater-spark"][:2] == layers["headwater"][:2]
 
 
 def test_configs_run_the_expected_programs(images: dict[str, dict[str, str]]) -> None:
-    configs = {n: OciArchive(Path(images[n]["archive"])).config()["config"] for n in NAMES}
+    configs = {
+        n: OciArchive(Path(images[n]["archive"])).config()["config"] for n in (*NAMES, SPARK)
+    }
     services = configs["headwater"]
     # as the Dockerfile: the chart's command picks the service; no ENTRYPOINT to override
     assert not services.get("Entrypoint")
@@ -171,6 +180,11 @@ def test_configs_run_the_expected_programs(images: dict[str, dict[str, str]]) ->
     etcd = configs["etcd"]
     assert etcd["Entrypoint"] == ["/usr/local/bin/etcd"]  # what charts/headwater runs
     assert etcd["User"] == "10001:10001"
+    spark = configs[SPARK]
+    assert spark["User"] == "10001:10001"
+    env = dict(e.split("=", 1) for e in spark["Env"])
+    assert env["JAVA_HOME"] == "/usr/lib/jvm/java-17-openjdk-amd64"
+    assert env["HOME"] == "/tmp"  # a pod mounts a writable volume there
 
 
 def unpack(archive: Path, dest: Path) -> Path:
@@ -313,7 +327,9 @@ def test_python_change_rebuilds_only_the_top_layer(
     assert text.endswith(marker)
     assert not any("/numpy/" in n for n in names)  # dependencies stay in their layer
     again = build()
-    assert {n: again[n]["ref"] for n in NAMES} == {n: images[n]["ref"] for n in NAMES}
+    assert {n: again[n]["ref"] for n in (*NAMES, SPARK)} == {
+        n: images[n]["ref"] for n in (*NAMES, SPARK)
+    }
     assert os.path.getsize(again["headwater"]["archive"]) > 0
 
 

@@ -113,10 +113,10 @@ class Node:
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 120) -> str:
         return self.run("kubectl", *args, input=input, timeout=timeout).stdout
 
-    def import_images(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def import_images(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """scripts/k8s/import-images ARGS (not checked: the caller looks at the outcome)."""
         return subprocess.run(
-            [str(IMPORT_IMAGES), *args], capture_output=True, text=True, timeout=300
+            [str(IMPORT_IMAGES), *args], capture_output=True, text=True, timeout=timeout
         )
 
     @property

@@ -179,6 +179,11 @@ class InCluster:
         """Create the Job, wait (bounded) until it completes and return the report its pod left
         as termination message, with the Job's own start-to-completion time added."""
         self.apply(self.job(name, args))
+        return self.wait_job(name)
+
+    def wait_job(self, name: str) -> dict[str, Any]:
+        """Wait (bounded) until the Job ``name`` completes; the report its pod left as
+        termination message, with the Job's own start-to-completion time added."""
 
         def finished() -> dict[str, Any] | None:
             job = self.get("job", name)
