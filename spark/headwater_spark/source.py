@@ -22,6 +22,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from headwater.errors import InvalidConfigError
 from headwater_spark import arrow
 from headwater_spark.options import check_read_options, parse_source_options
 from headwater_spark.partition import HeadwaterPartition
@@ -83,6 +84,13 @@ class HeadwaterDataSource(DataSource):
         return HeadwaterStreamReader(dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """The batch sink; save mode Overwrite is refused, as Spark's Kafka sink refuses it (a
+        log cannot be overwritten), instead of appending in silence."""
+        if overwrite:
+            raise InvalidConfigError(
+                "save mode Overwrite is not allowed for a Headwater topic: records are only "
+                'appended; use .mode("append")'
+            )
         from headwater_spark.sink import HeadwaterWriter
 
         return HeadwaterWriter(dict(self.options), schema)

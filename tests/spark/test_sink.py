@@ -103,6 +103,16 @@ def test_bad_sink_schema_is_rejected_before_writing(spark: Any, cluster: Any) ->
         ).save()
 
 
+def test_overwrite_save_mode_is_refused_and_writes_nothing(spark: Any, cluster: Any) -> None:
+    make_topic(cluster.bootstrap, "not-overwritten", 1)
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    with pytest.raises(Exception, match="save mode Overwrite is not allowed"):
+        df.write.format("headwater").option("kafka.bootstrap.servers", cluster.bootstrap).option(
+            "topic", "not-overwritten"
+        ).mode("overwrite").save()
+    assert _read_all(spark, cluster.bootstrap, "not-overwritten") == []
+
+
 def test_streaming_sink_copies_a_topic(spark: Any, cluster: Any, tmp_path: Path) -> None:
     make_topic(cluster.bootstrap, "copy-in", 2)
     make_topic(cluster.bootstrap, "copy-out", 2)
