@@ -2,7 +2,9 @@
 
 :class:`ProducerBatch` keeps *columns* — ``values``, ``keys`` (created lazily, None while every
 key is null), ``headers`` (lazily), timestamps (a single int while all are equal) — and is
-encoded with exactly one :func:`headwater.batch.encode_batch` call when it is drained. It is
+encoded with exactly one :func:`headwater.batch.encode_batch_pieces` call when it is drained
+(into ``pieces``, joined once by the sender into its request; values of ~1 KiB and more stay
+pieces of their own, see :data:`PIECES_FROM_MEAN_SIZE`). It is
 mutable until drained and owned by its :class:`headwater.client.accumulator.Accumulator`
 (appends happen under the accumulator's lock).
 
