@@ -94,6 +94,18 @@ def _lengths_and_join(
     items: Sequence[Binary | None], *, what: str
 ) -> tuple[np.ndarray, bytes, bytes | None]:
     """Offsets, concatenated data and validity bitmap (None if no nulls) of ``items``."""
+    offsets, present, validity = _lengths(items, what=what)
+    try:
+        data = b"".join(present)
+    except TypeError as exc:
+        raise TypeError(f"{what} must be bytes-like or None: {exc}") from None
+    return offsets, data, validity
+
+
+def _lengths(
+    items: Sequence[Binary | None], *, what: str
+) -> tuple[np.ndarray, Sequence[Binary], bytes | None]:
+    """Offsets, the items with nulls as ``b""`` and validity bitmap (None if no nulls)."""
     n = len(items)
     validity: bytes | None = None
     if None in items:  # a C-level scan; the null path does one pass to build the mask
@@ -102,14 +114,13 @@ def _lengths_and_join(
         items = [b"" if v is None else v for v in items]
     try:
         lengths = np.fromiter(map(len, items), dtype=np.int64, count=n)  # type: ignore[arg-type]
-        data = b"".join(items)  # type: ignore[arg-type]
     except TypeError as exc:
         raise TypeError(f"{what} must be bytes-like or None: {exc}") from None
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] > 0x7FFFFFFF:
         raise ValueError(f"{what} of one batch exceed 2 GiB")
-    return offsets.astype(_I32), data, validity
+    return offsets.astype(_I32), items, validity  # type: ignore[return-value]
 
 
 def _all_present_bitmap(n: int) -> bytes:
@@ -117,7 +128,7 @@ def _all_present_bitmap(n: int) -> bytes:
     return b"\xff" * full + (bytes([(1 << rest) - 1]) if rest else b"")
 
 
-def _append(pieces: list[bytes], size: int, blob: bytes) -> int:
+def _append(pieces: list[Binary], size: int, blob: bytes) -> int:
     pieces.append(blob)
     pad = _pad(len(blob))
     if pad:
@@ -131,13 +142,18 @@ def encode_columns(
     headers: Sequence[Sequence[Header]] | None,
     timestamp_deltas: np.ndarray,
     offset_deltas: np.ndarray | None,
-) -> tuple[list[bytes], int, bool, bool]:
+    *,
+    values_as_pieces: bool = False,
+) -> tuple[list[Binary], int, bool, bool]:
     """Encode the section; returns (pieces, size, has_keys, has_headers).
 
     ``pieces`` concatenated are the uncompressed section; ``size`` is their total length.
+    ``values_as_pieces``: the values' data is not joined into one piece: each value is its
+    own piece (the value objects themselves), so whoever joins the pieces copies each value
+    once (a producer joining its request) instead of twice.
     """
     n = len(values)
-    pieces: list[bytes] = []
+    pieces: list[Binary] = []
     size = 0
     if offset_deltas is not None:
         size = _append(pieces, size, np.ascontiguousarray(offset_deltas, _I32).tobytes())
@@ -153,10 +169,21 @@ def encode_columns(
         size = _append(pieces, size, k_off.tobytes())
         size = _append(pieces, size, k_data)
 
-    v_off, v_data, v_valid = _lengths_and_join(values, what="values")
-    size = _append(pieces, size, v_valid or _all_present_bitmap(n))
-    size = _append(pieces, size, v_off.tobytes())
-    size = _append(pieces, size, v_data)
+    if values_as_pieces:
+        v_off, v_items, v_valid = _lengths(values, what="values")
+        size = _append(pieces, size, v_valid or _all_present_bitmap(n))
+        size = _append(pieces, size, v_off.tobytes())
+        pieces.extend(v_items)
+        v_len = int(v_off[-1])
+        pad = _pad(v_len)
+        if pad:
+            pieces.append(_ZERO_PAD[:pad])
+        size += v_len + pad
+    else:
+        v_off, v_data, v_valid = _lengths_and_join(values, what="values")
+        size = _append(pieces, size, v_valid or _all_present_bitmap(n))
+        size = _append(pieces, size, v_off.tobytes())
+        size = _append(pieces, size, v_data)
 
     has_headers = headers is not None and any(headers)
     if has_headers:

@@ -426,7 +426,7 @@ class Accumulator(BufferMemory):
                 taken.append(b)
                 n += 1
                 # the size once encoded (a retry), else the estimate (encoded after the lock)
-                size += len(b.encoded) if b.encoded is not None else b.nbytes
+                size += b.encoded_size if b.pieces is not None else b.nbytes
             sizes[leader] = size
         for tp in empty:
             if not self.queues[tp]:

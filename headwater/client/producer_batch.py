@@ -2,7 +2,9 @@
 
 :class:`ProducerBatch` keeps *columns* — ``values``, ``keys`` (created lazily, None while every
 key is null), ``headers`` (lazily), timestamps (a single int while all are equal) — and is
-encoded with exactly one :func:`headwater.batch.encode_batch` call when it is drained. It is
+encoded with exactly one :func:`headwater.batch.encode_batch_pieces` call when it is drained
+(into ``pieces``, joined once by the sender into its request; values of ~1 KiB and more stay
+pieces of their own, see :data:`PIECES_FROM_MEAN_SIZE`). It is
 mutable until drained and owned by its :class:`headwater.client.accumulator.Accumulator`
 (appends happen under the accumulator's lock).
 
@@ -19,7 +21,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from headwater.batch import Compression, encode_batch, with_base_sequence
+from headwater.batch import Compression, encode_batch_pieces, with_base_sequence
 from headwater.client.record_future import BatchOutcome
 from headwater.client.types import GroupMetadata, PartitionRange, TopicPartition
 
@@ -27,6 +29,12 @@ from headwater.client.types import GroupMetadata, PartitionRange, TopicPartition
 RECORD_OVERHEAD = 12
 #: Estimated batch bytes besides records (the 64-byte header plus padding).
 BATCH_OVERHEAD = 128
+#: From this mean value size up, a batch keeps its values as pieces of its own when encoded
+#: (joined once, into the produce request) instead of joining them into the batch first: at
+#: 1 KiB values that second 1 MiB copy, and the page faults of allocating it afresh, were
+#: most of the sender's per-batch CPU (profiled, docs/benchmarks.md); for small values the
+#: per-piece CRC calls cost more than the copy saves.
+PIECES_FROM_MEAN_SIZE = 512
 
 Header = tuple[str, bytes | None]
 
@@ -75,11 +83,12 @@ class ProducerBatch:
         "count",
         "created",
         "done",
-        "encoded",
+        "encoded_size",
         "headers",
         "keys",
         "nbytes",
         "outcome",
+        "pieces",
         "pred_acked",
         "reserved",
         "restamp",
@@ -105,7 +114,9 @@ class ProducerBatch:
         self.reserved = 0  # buffer memory held by this batch's records
         self.waiters: list[tuple[int, int, Any]] = []
         self.sealed = False
-        self.encoded: bytes | None = None
+        #: the encoded batch as pieces (their concatenation is its bytes), set by encode()
+        self.pieces: list[Any] | None = None
+        self.encoded_size = 0
         self.attempts = 0
         self.retry_at = 0.0
         self.done = done
@@ -187,24 +198,30 @@ class ProducerBatch:
         self.reserved += nbytes
         self.waiters.append((i, n, target))
 
+    @property
+    def encoded(self) -> bytes | None:
+        """The encoded batch's bytes (joined from :attr:`pieces`; None before encode())."""
+        return None if self.pieces is None else b"".join(self.pieces)
+
     def encode(
         self, compression: Compression, producer: tuple[int, int, bool] | None = None
-    ) -> bytes:
-        """The batch's bytes (encoded once; retries resend the same bytes).
+    ) -> list[Any]:
+        """The batch's bytes as pieces, header first (encoded once; retries resend the same
+        bytes); ``encoded_size`` is their total length.
 
         ``producer`` = (producer_id, epoch, transactional) for an idempotent producer, with
         ``base_seq`` already assigned; the header carries them inside the CRC. A batch marked
         ``restamp`` (its sequence moved down: ``idempotence.Sequencer.drop``) is re-stamped
         with its current ``base_seq``.
         """
-        if self.encoded is not None:
+        if self.pieces is not None:
             if self.restamp:
-                self.encoded = with_base_sequence(self.encoded, self.base_seq)
+                self.pieces = [with_base_sequence(b"".join(self.pieces), self.base_seq)]
                 self.restamp = False
-            return self.encoded
+            return self.pieces
         ts: Any = self.timestamps if self.timestamps is not None else self.ts_uniform
         pid, epoch, txn = producer if producer is not None else (-1, -1, False)
-        self.encoded = encode_batch(
+        self.pieces = pieces = encode_batch_pieces(
             self.values,
             self.keys,
             headers=self.headers,
@@ -214,9 +231,12 @@ class ProducerBatch:
             producer_epoch=epoch,
             base_sequence=self.base_seq if producer is not None else -1,
             transactional=txn,
+            values_as_pieces=self.nbytes >= PIECES_FROM_MEAN_SIZE * self.count,
         )
-        # the columns are no longer needed; keep what resolving futures reads
+        self.encoded_size = sum(map(len, pieces))
+        # the columns are no longer needed (the pieces may hold the values themselves); keep
+        # what resolving futures reads
         self.values = []
         self.keys = None
         self.headers = None
-        return self.encoded
+        return pieces

@@ -247,7 +247,8 @@ class Sender:
             client_id=self.client_id,
             transactional_id=self.transactional_id,
             partitions=[
-                (tp.topic, tp.partition, [b.encoded or b"" for b in bs]) for tp, bs in by_tp.items()
+                (tp.topic, tp.partition, [p for b in bs for p in b.pieces or ()])
+                for tp, bs in by_tp.items()
             ],
         )
         address = self.metadata.view.address(leader)

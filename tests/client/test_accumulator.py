@@ -308,3 +308,32 @@ def test_append_reports_when_it_seals_a_batch() -> None:
         assert sealed == [False, False, True, False, False, True, False]
 
     run(body)
+
+
+@pytest.mark.parametrize(("size", "as_pieces"), [(100, False), (1024, True)])
+def test_large_values_are_encoded_as_pieces_of_their_own(size: int, as_pieces: bool) -> None:
+    """Values of ~1 KiB are not joined into the batch (the request join copies them once);
+    small ones are; either way the pieces are the batch's bytes and encoded_size their
+    length."""
+
+    async def body() -> None:
+        acc = make(FakeClock(), batch_size=64 * 1024, buffer_memory=1 << 20)
+        values = [bytes([i]) * size for i in range(20)]
+        futs = []
+        for v in values:
+            fut = asyncio.get_running_loop().create_future()
+            assert acc.try_reserve(record_size(v))
+            acc.append(TP, v, None, None, 5, record_size(v), fut)
+            futs.append(fut)
+        acc.flushing += 1
+        batches, _, _ = acc.drain(leader0, always, set(), 1 << 20)
+        [b] = batches[0]
+        assert b.pieces is not None
+        assert b.encoded_size == sum(map(len, b.pieces)) == len(b.encoded or b"")
+        assert all(any(p is v for p in b.pieces) for v in values) is as_pieces
+        [decoded] = decode_batches(b.encoded or b"")
+        assert decoded.values() == values
+        acc.complete(b, 10)
+        assert [f.result().offset for f in futs] == list(range(10, 30))
+
+    run(body)
