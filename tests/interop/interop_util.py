@@ -9,9 +9,13 @@ client finds it: through the ``controller`` endpoint of a broker's Metadata resp
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -74,3 +78,18 @@ def create_topic(channel: grpc.Channel, partitions: int = 1, prefix: str = "inte
 
     wait_for(f"leaders for {name}", led)
     return name
+
+
+def npm_ci(directory: Path) -> None:
+    """``npm ci`` in directory once per package-lock.json (a stamp in node_modules/)."""
+    assert shutil.which("node") and shutil.which("npm"), "node and npm must be on PATH"
+    stamp = directory / "node_modules" / ".headwater-package-lock.sha256"
+    digest = hashlib.sha256((directory / "package-lock.json").read_bytes()).hexdigest()
+    if not stamp.exists() or stamp.read_text() != digest:
+        subprocess.run(
+            ["nice", "-n", "15", "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=directory,
+            check=True,
+            timeout=600,
+        )
+        stamp.write_text(digest)

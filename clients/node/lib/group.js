@@ -21,7 +21,7 @@ const key = (topic, partition) => `${topic}\u0000${partition}`;
 class GroupConsumer extends EventEmitter {
   /**
    * Join group as a member consuming topics. Emits "assignment" ({generation, partitions})
-   * after every rebalance.
+   * after every rebalance and "end" (the error) once when the stream ended.
    * @param {{memberId?: string, sessionTimeoutMs?: number, earliest?: boolean,
    *   readCommitted?: boolean, maxOutstandingRecords?: number, maxOutstandingBytes?: number,
    *   maxPollRecords?: number}} [options] memberId "": the server picks one; earliest: start
@@ -132,6 +132,7 @@ class GroupConsumer extends EventEmitter {
     for (const pending of this.commits.values()) pending.reject(err);
     this.commits.clear();
     this.wakeAll();
+    this.emit("end", err);
   }
 
   send(request) {

@@ -24,8 +24,9 @@ async function createTopic(c, name, partitions) {
   assert.ok(ids[name], `no topic id for ${name}`);
   const deadline = Date.now() + 30000;
   for (;;) {
-    const [d] = await c.describeTopics(name);
-    if (d.partitions.length === partitions && d.partitions.every((p) => p.leader >= 0)) return d;
+    // a new topic reaches every broker's metadata shortly after: UNKNOWN_TOPIC_OR_PARTITION until then
+    const [d] = await c.describeTopics(name).catch((err) => (err.code === "UNKNOWN_TOPIC_OR_PARTITION" ? [null] : Promise.reject(err)));
+    if (d && d.partitions.length === partitions && d.partitions.every((p) => p.leader >= 0)) return d;
     assert.ok(Date.now() < deadline, `${name}: partitions without a leader: ${JSON.stringify(d)}`);
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -167,11 +168,13 @@ async function split(a, b, n) {
     const [x, y] = [a.assignment, b.assignment];
     const union = new Set([...x.partitions, ...y.partitions].map((p) => `${p.topic}/${p.partition}`));
     if (x.generation > 0 && x.generation === y.generation && union.size === n && x.partitions.length + y.partitions.length === n) return [x, y];
+    if (a.error || b.error) throw a.error || b.error;
     assert.ok(Date.now() < deadline, `no split: ${JSON.stringify([x, y])}`);
     // the next assignment of either member (bounded by the deadline)
     const stop = new AbortController();
     const timer = setTimeout(() => stop.abort(), deadline - Date.now());
-    await Promise.race([once(a, "assignment", { signal: stop.signal }), once(b, "assignment", { signal: stop.signal })]).catch(() => {});
+    const next = [a, b].flatMap((m) => ["assignment", "end"].map((event) => once(m, event, { signal: stop.signal })));
+    await Promise.race(next).catch(() => {});
     clearTimeout(timer);
     stop.abort();
   }
