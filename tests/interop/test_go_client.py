@@ -3,8 +3,9 @@ makes from proto/, it is gofmt-formatted and `go vet` clean, and its `go test` p
 real local cluster started here (two brokers, so produce and fetch are routed to different
 leaders, and a group coordinator for the group stream: two Go members split a topic's
 partitions and see every record once, one leaves and the other resumes from its commits, one
-that stops polling loses its partitions after the session timeout); then the Python client reads what Go produced and finds every record once, on the
-partition the shared partitioner names; last, a Go test SIGKILLs (by PID) the leader of a
+that stops polling loses its partitions after the session timeout); then the Python client
+reads what Go produced and finds every record once, on the partition the shared partitioner
+names; last, a Go test SIGKILLs (by PID) the leader of a
 partition under the Go producer and partition consumer: every send succeeds, the consumer
 carries on at the new leader, and the log holds every record once, in order.
 
