@@ -87,7 +87,17 @@ def npm_ci(directory: Path) -> None:
     digest = hashlib.sha256((directory / "package-lock.json").read_bytes()).hexdigest()
     if not stamp.exists() or stamp.read_text() != digest:
         subprocess.run(
-            ["nice", "-n", "15", "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            [
+                "nice",
+                "-n",
+                "15",
+                "npm",
+                "ci",
+                "--prefer-offline",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ],
             cwd=directory,
             check=True,
             timeout=600,
