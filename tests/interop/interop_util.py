@@ -14,12 +14,15 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from headwater.client import Consumer, TopicPartition
+from headwater.dev.cluster import LocalCluster
 from headwater.v1 import broker_pb2_grpc, controller_pb2, controller_pb2_grpc, metadata_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 
@@ -103,3 +106,34 @@ def npm_ci(directory: Path) -> None:
             timeout=600,
         )
         stamp.write_text(digest)
+
+
+@contextmanager
+def client_cluster(data_dir: Path, brokers: int) -> Iterator[LocalCluster]:
+    """A plaintext local cluster for another language's client: ``brokers`` brokers, one
+    controller and one group coordinator (the group stream's members join through it)."""
+    with LocalCluster(
+        data_dir,
+        brokers=brokers,
+        controllers=1,
+        coordinators=1,
+        etcd_unsafe_no_fsync=True,
+        tls=False,
+        authorizer=False,
+    ) as cluster:
+        yield cluster
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[Any]:
+    """The Python consumer reads ``topic`` from the start of each partition until ``count``
+    records arrived or 60 s passed; the records (ConsumerRecord)."""
+    seen: list[Any] = []
+    with Consumer(bootstrap) as consumer:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + 60
+        while len(seen) < count and time.monotonic() < deadline:
+            seen += consumer.poll(timeout_ms=200)
+    return seen

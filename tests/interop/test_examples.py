@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from interop_util import npm_ci
+from interop_util import client_cluster, npm_ci
 
 from headwater.client import AdminClient
 from headwater.dev.cluster import LocalCluster
@@ -26,15 +26,7 @@ LINE = re.compile(r"^greetings-(\d)@(\d+) user-(\d): hello (\d)$")
 @pytest.fixture(scope="module")
 def examples_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     npm_ci(ROOT / "clients" / "node")
-    with LocalCluster(
-        tmp_path_factory.mktemp("examples-cluster"),
-        brokers=1,
-        controllers=1,
-        coordinators=1,
-        etcd_unsafe_no_fsync=True,
-        tls=False,
-        authorizer=False,
-    ) as c:
+    with client_cluster(tmp_path_factory.mktemp("examples-cluster"), brokers=1) as c:
         yield c
 
 

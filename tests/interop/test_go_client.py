@@ -20,13 +20,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from interop_util import client_cluster, read_all
 
-from headwater.client import Consumer, TopicPartition, crc32c_partition
+from headwater.client import crc32c_partition
 from headwater.dev.cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,15 +64,7 @@ def test_generated_go_code_is_reproducible_from_proto(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def go_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data_dir = tmp_path_factory.mktemp("go-cluster")
-    with LocalCluster(
-        data_dir,
-        brokers=2,
-        controllers=1,
-        coordinators=1,  # the group stream's members join through a group coordinator
-        etcd_unsafe_no_fsync=True,
-        tls=False,
-        authorizer=False,
-    ) as c:
+    with client_cluster(data_dir, brokers=2) as c:
         yield c
 
 
@@ -113,15 +105,7 @@ def test_go_client_against_a_cluster_and_python_reads_what_go_wrote(
         "TestGroupStreamRefusesBadOpenWithATypedError",
     } <= passed, passed
 
-    seen = []
-    with Consumer(go_cluster.bootstrap) as consumer:
-        tps = [TopicPartition(RECORDS_TOPIC, p) for p in range(3)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek_to_beginning(tp)
-        deadline = time.monotonic() + 60
-        while len(seen) < KEYED + 2 and time.monotonic() < deadline:
-            seen += consumer.poll(timeout_ms=200)
+    seen = read_all(go_cluster.bootstrap, RECORDS_TOPIC, 3, KEYED + 2)
     assert len(seen) == KEYED + 2, f"{len(seen)} records"
     keyed = [r for r in seen if r.key is not None and r.value is not None]
     assert len(keyed) == KEYED

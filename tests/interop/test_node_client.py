@@ -14,15 +14,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from interop_util import npm_ci
+from interop_util import client_cluster, npm_ci, read_all
 
-from headwater.client import AdminClient, Consumer, Producer, TopicPartition, crc32c_partition
+from headwater.client import AdminClient, Producer, crc32c_partition
 from headwater.dev.cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,16 +33,7 @@ KEYED = 60
 @pytest.fixture(scope="module")
 def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     npm_ci(NODE_DIR)
-    data_dir = tmp_path_factory.mktemp("node-cluster")
-    with LocalCluster(
-        data_dir,
-        brokers=2,
-        controllers=1,
-        coordinators=1,
-        etcd_unsafe_no_fsync=True,
-        tls=False,
-        authorizer=False,
-    ) as c:
+    with client_cluster(tmp_path_factory.mktemp("node-cluster"), brokers=2) as c:
         yield c
 
 
@@ -98,15 +87,7 @@ def test_node_client_against_a_cluster_and_python_reads_what_node_wrote(
         "the group stream refuses a bad open with a typed error",
     } <= passed, proc.stdout[-4000:]
 
-    seen: list[Any] = []
-    with Consumer(node_cluster.bootstrap) as consumer:
-        tps = [TopicPartition(RECORDS_TOPIC, p) for p in range(3)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek_to_beginning(tp)
-        deadline = time.monotonic() + 60
-        while len(seen) < KEYED and time.monotonic() < deadline:
-            seen += consumer.poll(timeout_ms=200)
+    seen = read_all(node_cluster.bootstrap, RECORDS_TOPIC, 3, KEYED)
     assert len(seen) == KEYED, f"{len(seen)} records"
     # every record once (idempotent producer), where Python's partitioner says
     assert len({(r.key, r.value) for r in seen}) == KEYED
