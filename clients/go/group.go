@@ -58,7 +58,7 @@ type Assignment struct {
 // commits offsets on the same stream, Close leaves the group at once.
 //
 // Liveness: while the application calls Poll at least once per session timeout (or is blocked
-// in Poll), the client sends a KeepAlive every third of the session timeout, so a slow
+// in Poll), the client sends a KeepAlive every third of it (at most 3 s apart), so a slow
 // processing step does not cost the member its partitions; an application that stops calling
 // Poll stops being assigned after the session timeout, as with Kafka's max.poll.interval.ms.
 //
@@ -349,14 +349,14 @@ func (gc *GroupConsumer) send(req *pb.ConsumeRequest) error {
 	return nil
 }
 
-// keepAlive sends a KeepAlive every third of the session timeout while the application is
-// polling (see GroupConsumer); with the server's default timeout, every 3 s.
+// keepAlive sends a KeepAlive every third of the session timeout (at most every 3 s, as the
+// server's member heartbeats) while the application is polling (see GroupConsumer).
 func (gc *GroupConsumer) keepAlive() {
 	session := gc.opts.SessionTimeout
 	if session <= 0 {
-		session = 10 * time.Second // the server's default group.session.timeout.ms
+		session = 45 * time.Second // the server's default session timeout
 	}
-	tick := time.NewTicker(session / 3)
+	tick := time.NewTicker(min(session/3, 3*time.Second))
 	defer tick.Stop()
 	for {
 		select {

@@ -7,7 +7,7 @@
 // StreamingPull), commits on the same stream and leaves the group at once on close().
 //
 // Liveness: while the application calls poll() at least once per session timeout (or waits
-// in poll / waitAssignment), a KeepAlive goes every third of the session timeout; an
+// in poll / waitAssignment), a KeepAlive goes every third of it (at most 3 s apart); an
 // application that stops polling stops being assigned after the session timeout.
 // Delivery is at least once: a partition moved to another member resumes at its commit.
 
@@ -69,10 +69,10 @@ class GroupConsumer extends EventEmitter {
         credit_bytes: String(this.options.maxOutstandingBytes),
       },
     });
-    const session = this.options.sessionTimeoutMs || 10000; // the server's default
+    const session = this.options.sessionTimeoutMs || 45000; // the server's default
     this.keepAlive = setInterval(() => {
       if (this.polling > 0 || Date.now() - this.lastPoll < session) this.send({ keep_alive: {} });
-    }, session / 3);
+    }, Math.min(session / 3, 3000));
     this.keepAlive.unref();
   }
 
