@@ -18,12 +18,13 @@ import (
 
 // GroupOptions configure a GroupConsumer; the zero value is usable.
 type GroupOptions struct {
-	// MemberID is the member's identity in the group (a UUID or a stable name). Reopening with
-	// the same MemberID within the session timeout takes the member's place back without a
-	// rebalance. "": the server picks one (GroupConsumer.MemberID).
+	// MemberID is the member's identity in the group (a UUID or a stable name), its static
+	// group_instance_id. Reopening with the same MemberID rejoins with a rebalance (while an
+	// old stream with it is still held, that one is fenced). "": the server picks one
+	// (GroupConsumer.MemberID).
 	MemberID string
 	// SessionTimeout: a member the server hears nothing from for this long leaves the group
-	// (0: the server's default, group.session.timeout.ms).
+	// (0: the server's default, 45 s).
 	SessionTimeout time.Duration
 	// Earliest starts partitions without a committed offset at their first record (default:
 	// at their end, only records produced from now on, as Kafka's auto.offset.reset=latest).

@@ -1,7 +1,8 @@
 """The Node.js client (clients/node: @grpc/grpc-js + @grpc/proto-loader reading proto/ at run
 time) against a real local cluster started here (two brokers and a group coordinator): its
 `node --test` suite (partitioner vectors, admin, keyed produce and consume by partition,
-idempotent retry, the group stream with two members and a survivor resuming from commits),
+idempotent retry, the group stream with two members and a survivor resuming from commits, a
+member that stops polling losing its partitions),
 after Python produced a topic Node reads; then the Python client reads what Node produced and
 finds every record once, on the partition the shared partitioner names.
 
@@ -85,6 +86,7 @@ def test_node_client_against_a_cluster_and_python_reads_what_node_wrote(
         "reads what the Python client produced (batch path, zstd)",
         "two group members split the partitions; the survivor resumes from commits",
         "the group stream refuses a bad open with a typed error",
+        "a member that stops polling loses its partitions after the session timeout",
     } <= passed, proc.stdout[-4000:]
 
     seen = read_all(node_cluster.bootstrap, RECORDS_TOPIC, 3, KEYED)

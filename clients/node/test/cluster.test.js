@@ -239,3 +239,22 @@ test("the group stream refuses a bad open with a typed error", async () => {
     c.close();
   }
 });
+
+test("a member that stops polling loses its partitions after the session timeout", async () => {
+  const c = await client();
+  const topic = unique("node-group-idle");
+  const members = {};
+  try {
+    await createTopic(c, topic, 2);
+    members.idle = c.consumeGroup(topic, [topic], { memberId: "idle", sessionTimeoutMs: 3000 });
+    members.busy = c.consumeGroup(topic, [topic], { memberId: "busy", sessionTimeoutMs: 3000 });
+    await members.idle.waitAssignment((x) => x.partitions.length > 0); // waiting counts as polling
+    // idle never polls again: its keep-alives stop after a session timeout, then the server
+    // drops it and busy gets both partitions
+    await members.busy.waitAssignment((x) => x.partitions.length === 2);
+    await assert.rejects(members.idle.poll(30000), (err) => err.code === "REQUEST_TIMED_OUT");
+  } finally {
+    await Promise.all(Object.values(members).map((m) => m.close()));
+    c.close();
+  }
+});
