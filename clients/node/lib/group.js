@@ -12,7 +12,7 @@
 // Delivery is at least once: a partition moved to another member resumes at its commit.
 
 const { EventEmitter } = require("events");
-const { HeadwaterError, codeError, statusError } = require("./errors");
+const { codeError, statusError } = require("./errors");
 const { toMessage } = require("./client");
 
 const CLOSED = "headwater: group consumer closed";
@@ -249,4 +249,4 @@ class GroupConsumer extends EventEmitter {
   }
 }
 
-module.exports = { GroupConsumer, CLOSED, HeadwaterError };
+module.exports = { GroupConsumer, CLOSED };
