@@ -318,7 +318,10 @@ def test_stream_and_classic_members_share_a_group(scluster: LocalCluster) -> Non
 
             await async_wait_for(alone, timeout=60, what="the stream member reading alone")
             await s.commit(1, s.positions())
-            # the classic member joins: an eager rebalance splits the partitions
+            # records keep arriving while the classic member joins: an eager rebalance splits
+            # the partitions under traffic
+            stop = asyncio.Event()
+            trickle = asyncio.get_running_loop().create_task(_trickle(boot, topic, n, stop))
             classic.start()
 
             async def split() -> bool:
@@ -335,13 +338,19 @@ def test_stream_and_classic_members_share_a_group(scluster: LocalCluster) -> Non
 
             await async_wait_for(split, timeout=60, what="the partitions split between the two")
             await produce(boot, topic, n, 25, 25)
+            stop.set()
+            await trickle
+            async with AsyncConsumer(boot) as probe:
+                ends = await probe.end_offsets(all_parts(topic, n))
+            total = sum(ends.values())
+            assert total > 200  # the trickle ran during the rebalance
 
             async def all_seen() -> bool:
                 seen = {(tp, off) for _t, _g, tp, off, _v in s.records()}
                 seen |= {(tp, off) for _t, _g, tp, off in classic.records}
-                return len(seen) == 200
+                return len(seen) == total
 
-            await async_wait_for(all_seen, timeout=60, what="all 200 records seen by the two")
+            await async_wait_for(all_seen, timeout=60, what="every record seen by the two")
             res = await s.commit(2, s.positions())
             mine = s.assigned()
             assert {(p.topic, p.partition) for p in res.partitions} == {
@@ -358,7 +367,7 @@ def test_stream_and_classic_members_share_a_group(scluster: LocalCluster) -> Non
                 lambda: _ended(s), timeout=SESSION_MS / 1000 + 30, what="the stream to end"
             )
             assert isinstance(s.error, errors.RequestTimedOutError), s.error
-            assert s.call.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert await s.call.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
             async def took_over() -> bool:
                 return set(classic.c.assignment()) == all_parts(topic, n) and not (
@@ -386,6 +395,18 @@ def test_stream_and_classic_members_share_a_group(scluster: LocalCluster) -> Non
     asyncio.run(body())
 
 
+async def _trickle(boot: str, topic: str, n: int, stop: asyncio.Event) -> None:
+    """One record to each partition every 50 ms until ``stop``."""
+    async with AsyncProducer(boot) as p:
+        i = 0
+        while not stop.is_set():
+            for part in range(n):
+                await (await p.send_many(topic, [b"t%d" % i], partition=part))
+            i += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.05)
+
+
 async def _ended(s: StreamMember) -> bool:
     return s.ended.is_set()
 
@@ -402,6 +423,14 @@ def check_no_overlap(s: StreamMember, classic: Classic) -> None:
     for tp, seq in by_tp.items():
         owners = [who for _t, who in sorted(seq)]
         switches = sum(1 for a, b in itertools.pairwise(owners) if a != b)
+        stream_ts = [t for t, who in seq if who == "stream"]
+        classic_ts = [t for t, who in seq if who == "classic"]
+        if stream_ts and classic_ts:
+            print(
+                f"{tp.topic}[{tp.partition}]: stream {len(stream_ts)} records, classic "
+                f"{len(classic_ts)}; hand-over gap "
+                f"{(min(classic_ts) - max(stream_ts)) * 1000:.0f} ms"
+            )
         # stream (alone) -> maybe classic (split) -> classic (takeover): at most one switch
         assert switches <= 1, (tp, owners)
 
