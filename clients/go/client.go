@@ -1,7 +1,8 @@
 // Package headwater is a small Go client for Headwater, built on the gRPC API in proto/
 // (docs/api.md) and its generated code in gen/headwater/v1: a Producer (keys placed with the
-// cross-language partitioner, idempotent retries), a partition consumer (FetchRecords), and
-// admin basics (create, list, describe topics).
+// cross-language partitioner, idempotent retries), a partition consumer (FetchRecords), a
+// group consumer (the group stream, GroupStreamService.Consume) and admin basics (create,
+// list, describe topics).
 //
 // A Client holds one gRPC connection per cluster address and the cluster metadata; it is safe
 // for concurrent use. Produce and fetch go to each partition's leader, admin calls to the

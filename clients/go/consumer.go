@@ -177,7 +177,7 @@ func (pc *PartitionConsumer) Poll(ctx context.Context) ([]Message, error) {
 			if r.GetOffset() < pc.position {
 				continue
 			}
-			out = append(out, pc.message(r))
+			out = append(out, toMessage(pc.topic, pc.partition, r))
 		}
 		if next := resp.GetNextOffset(); next > pc.position {
 			pc.position = next
@@ -190,10 +190,11 @@ func (pc *PartitionConsumer) Poll(ctx context.Context) ([]Message, error) {
 	return out, err
 }
 
-func (pc *PartitionConsumer) message(r *pb.Record) Message {
+// toMessage is the Message of a record of topic/partition.
+func toMessage(topic string, partition int32, r *pb.Record) Message {
 	m := Message{
-		Topic:     pc.topic,
-		Partition: pc.partition,
+		Topic:     topic,
+		Partition: partition,
 		Offset:    r.GetOffset(),
 		Timestamp: time.UnixMilli(r.GetTimestamp()),
 	}

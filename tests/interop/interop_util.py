@@ -9,13 +9,20 @@ client finds it: through the ``controller`` endpoint of a broker's Metadata resp
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
 
+from headwater.client import Consumer, TopicPartition
+from headwater.dev.cluster import LocalCluster
 from headwater.v1 import broker_pb2_grpc, controller_pb2, controller_pb2_grpc, metadata_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 
@@ -74,3 +81,59 @@ def create_topic(channel: grpc.Channel, partitions: int = 1, prefix: str = "inte
 
     wait_for(f"leaders for {name}", led)
     return name
+
+
+def npm_ci(directory: Path) -> None:
+    """``npm ci`` in directory once per package-lock.json (a stamp in node_modules/)."""
+    assert shutil.which("node") and shutil.which("npm"), "node and npm must be on PATH"
+    stamp = directory / "node_modules" / ".headwater-package-lock.sha256"
+    digest = hashlib.sha256((directory / "package-lock.json").read_bytes()).hexdigest()
+    if not stamp.exists() or stamp.read_text() != digest:
+        subprocess.run(
+            [
+                "nice",
+                "-n",
+                "15",
+                "npm",
+                "ci",
+                "--prefer-offline",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ],
+            cwd=directory,
+            check=True,
+            timeout=600,
+        )
+        stamp.write_text(digest)
+
+
+@contextmanager
+def client_cluster(data_dir: Path, brokers: int) -> Iterator[LocalCluster]:
+    """A plaintext local cluster for another language's client: ``brokers`` brokers, one
+    controller and one group coordinator (the group stream's members join through it)."""
+    with LocalCluster(
+        data_dir,
+        brokers=brokers,
+        controllers=1,
+        coordinators=1,
+        etcd_unsafe_no_fsync=True,
+        tls=False,
+        authorizer=False,
+    ) as cluster:
+        yield cluster
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[Any]:
+    """The Python consumer reads ``topic`` from the start of each partition until ``count``
+    records arrived or 60 s passed; the records (ConsumerRecord)."""
+    seen: list[Any] = []
+    with Consumer(bootstrap) as consumer:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + 60
+        while len(seen) < count and time.monotonic() < deadline:
+            seen += consumer.poll(timeout_ms=200)
+    return seen
