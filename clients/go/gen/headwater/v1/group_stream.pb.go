@@ -149,9 +149,11 @@ type ConsumeOpen struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"` // required
 	Topics  []string               `protobuf:"bytes,2,rep,name=topics,proto3" json:"topics,omitempty"`                  // required, at least one
-	// The member's identity, chosen by the client (a UUID or a stable name). Reopening a stream
-	// with the same member_id within the session timeout takes the member's place back without a
-	// rebalance (static membership). "": the server picks one and reports it in Assignment.
+	// The member's identity, chosen by the client (a UUID or a stable name), used as the classic
+	// protocol's group_instance_id. A stream that ends leaves the group at once, so reopening
+	// with the same member_id rejoins with a rebalance; while an older stream with that id is
+	// still open, it is fenced (FENCED_INSTANCE_ID). "": the server picks one and reports it in
+	// Assignment.
 	MemberId         string         `protobuf:"bytes,3,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
 	ClientId         string         `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	SessionTimeoutMs int32          `protobuf:"varint,5,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3" json:"session_timeout_ms,omitempty"` // 0: the server's default (group.session.timeout.ms)
