@@ -206,7 +206,7 @@ async def _run(cluster: LocalCluster, partitions: int, rounds: int) -> dict[str,
                     "partitions_led": len(led),
                     "p50_s": round(_pct(w, 0.5), 3),
                     "max_s": round(max(w), 3),
-                    "others_max_s": round(max(o), 3),
+                    "others_max_s": round(max(o, default=0.0), 3),
                 }
             )
             print(f"  round {round_}: {per_round[-1]}", flush=True)
@@ -223,7 +223,7 @@ async def _run(cluster: LocalCluster, partitions: int, rounds: int) -> dict[str,
         "window_p50_s": round(_pct(windows, 0.5), 3),
         "window_p99_s": round(_pct(windows, 0.99), 3),
         "window_max_s": round(max(windows), 3),
-        "followed_p99_s": round(_pct(others, 0.99), 3),
+        "followed_p99_s": round(_pct(others, 0.99), 3) if others else None,
         "steady_gap_p99_s": round(_pct(steady, 0.99), 3),
         "acknowledged": total,
         "lost": lost,

@@ -33,8 +33,10 @@ Control requests (LeaderAndIsr, UpdateMetadata, StopReplica) run one at a time u
 ``_control_lock``; they create, open, close and delete logs through the ``LogManager`` in
 worker threads. A LeaderAndIsr applies its partitions concurrently (one task per partition,
 a partition's own states in request order): a failover's hundreds of new leaderships each
-fsync a leader-epoch checkpoint before leading, and those fsyncs overlap in the worker threads
-(the file system commits them together) instead of queueing one after another. A
+write a leader-epoch checkpoint before leading (without fsync: ``storage/leader_epoch.py``),
+and a start's thousands of new partitions each create a log, in the worker threads at once
+instead of one after another. A LeaderAndIsr whose RPC is cancelled (the controller's
+deadline) is still applied to the end; the resend finds its partitions done. A
 whole-request rejection (fencing) is answered in the response's ``error_code``;
 partition-level failures in the per-partition list.
 """
@@ -100,6 +102,8 @@ class ReplicaManager:
         self._confirmed_controller_epoch = -1
         self.broker_epoch: int | None = None
         self._control_lock = asyncio.Lock()
+        #: control requests still being applied after their RPC was cancelled
+        self._control_tasks: set[asyncio.Task[Any]] = set()
         self.peers = peers or Peers(metadata)
         self.fetchers = FetcherManager(broker_id, self.peers, lambda: self.broker_epoch)
         self.isr = IsrManager(
@@ -292,6 +296,21 @@ class ReplicaManager:
                     await p.run_exclusive(functools.partial(p.update_config, config))
 
     async def leader_and_isr(
+        self, req: broker_pb2.LeaderAndIsrRequest
+    ) -> broker_pb2.LeaderAndIsrResponse:
+        """Apply a LeaderAndIsr. The work runs in its own task, shielded from the caller: when
+        the controller's deadline cancels the RPC part-way (thousands of new partitions on a
+        loaded broker), the application still completes under the control lock, and the
+        controller's resend, queued behind it, finds every partition already in the state it
+        names (a cheap no-op each) instead of starting the work again from the first one."""
+        task = asyncio.get_running_loop().create_task(
+            self._leader_and_isr(req), name="leader-and-isr"
+        )
+        self._control_tasks.add(task)
+        task.add_done_callback(self._control_tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _leader_and_isr(
         self, req: broker_pb2.LeaderAndIsrRequest
     ) -> broker_pb2.LeaderAndIsrResponse:
         async with self._control_lock:
