@@ -33,6 +33,13 @@ PARTITIONS = prom.Gauge(
     "headwater_broker_partitions", "Partitions hosted by this broker, by role", ["role"]
 )
 
+PARTITIONS_REFUSED = prom.Counter(
+    "headwater_broker_partitions_refused_total",
+    "New partitions a LeaderAndIsr named that this broker refused to host, by reason "
+    "(descriptors: the open-file limit would leave too few for connections)",
+    ["reason"],
+)
+
 PRODUCE_DUPLICATES = prom.Counter(
     "headwater_broker_produce_duplicates_total",
     "Idempotent produce entries answered as duplicates (nothing appended), by topic",

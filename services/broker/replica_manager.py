@@ -36,9 +36,11 @@ a partition's own states in request order): a failover's hundreds of new leaders
 write a leader-epoch checkpoint before leading (without fsync: ``storage/leader_epoch.py``),
 and a start's thousands of new partitions each create a log, in the worker threads at once
 instead of one after another. A LeaderAndIsr whose RPC is cancelled (the controller's
-deadline) is still applied to the end; the resend finds its partitions done. A
-whole-request rejection (fencing) is answered in the response's ``error_code``;
-partition-level failures in the per-partition list.
+deadline) is still applied to the end; the resend finds its partitions done. New
+partitions past what the open-file limit leaves room for are refused
+(``KAFKA_STORAGE_ERROR``, ``descriptors.py``). A whole-request rejection (fencing) is
+answered in the response's ``error_code``; partition-level failures in the per-partition
+list.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from headwater.config import TopicConfig, resolve_topic_config
 from headwater.errors import (
     BrokerNotAvailableError,
     HeadwaterError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     StaleBrokerEpochError,
     StaleControllerEpochError,
@@ -65,6 +68,7 @@ from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker import metrics
 from services.broker.codes import error_code
+from services.broker.descriptors import DescriptorBudget
 from services.broker.metadata_cache import MetadataCache
 from services.broker.partition import LeaderState, Partition, Role
 from services.broker.replication import isr as isr_mod
@@ -89,6 +93,7 @@ class ReplicaManager:
         *,
         peers: Peers | None = None,
         replica_lag_time_max_ms: int = 10_000,
+        descriptors: DescriptorBudget | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
@@ -102,6 +107,8 @@ class ReplicaManager:
         self._confirmed_controller_epoch = -1
         self.broker_epoch: int | None = None
         self._control_lock = asyncio.Lock()
+        #: how many new partitions the open-file limit leaves room for
+        self.descriptors = descriptors or DescriptorBudget()
         #: control requests still being applied after their RPC was cancelled
         self._control_tasks: set[asyncio.Task[Any]] = set()
         self.peers = peers or Peers(metadata)
@@ -324,9 +331,12 @@ class ReplicaManager:
             for i, a in enumerate(req.partitions):
                 by_key.setdefault((a.topic, a.state.partition), []).append(i)
             failures: list[Exception | None] = [None] * len(req.partitions)
+            self._refuse_past_descriptors(by_key, failures)
 
             async def apply(indexes: list[int]) -> None:
                 for i in indexes:  # one partition's states in request order
+                    if failures[i] is not None:
+                        continue  # refused before applying
                     a = req.partitions[i]
                     try:
                         await self._apply_assignment(a)
@@ -356,6 +366,23 @@ class ReplicaManager:
                 )
             self._update_role_gauges()
             return resp
+
+    def _refuse_past_descriptors(
+        self, by_key: dict[Key, list[int]], failures: list[Exception | None]
+    ) -> None:
+        """Refuse the new partitions (in request order) past what the open-file limit leaves
+        room for (``descriptors.py``); hosted ones are always applied."""
+        new = [key for key in by_key if key not in self.partitions]
+        admitted = self.descriptors.admit(len(new))
+        if admitted == len(new):
+            return
+        refused = new[admitted:]
+        message = self.descriptors.refusal()
+        log.error("LeaderAndIsr: refusing %d new partitions: %s", len(refused), message)
+        metrics.PARTITIONS_REFUSED.labels("descriptors").inc(len(refused))
+        for key in refused:
+            for i in by_key[key]:
+                failures[i] = KafkaStorageError(f"{key[0]}-{key[1]}: {message}")
 
     async def _apply_assignment(self, a: broker_pb2.PartitionAssignment) -> None:
         state = a.state
