@@ -259,6 +259,7 @@ def main() -> None:
                     Path(tmp) / f"{partitions}-{int(lease_only)}",
                     brokers=3,
                     controller_args=flags,
+                    startup_timeout=300,  # a restarted broker opens every log on a loaded box
                 ) as cluster:
                     row = asyncio.run(_run(cluster, partitions, args.rounds))
                 row["mode"] = label
