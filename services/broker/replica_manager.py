@@ -314,8 +314,14 @@ class ReplicaManager:
             self._leader_and_isr(req), name="leader-and-isr"
         )
         self._control_tasks.add(task)
-        task.add_done_callback(self._control_tasks.discard)
+        task.add_done_callback(self._control_done)
         return await asyncio.shield(task)
+
+    def _control_done(self, task: asyncio.Task[Any]) -> None:
+        """A control task ended; its failure is logged (its RPC may no longer be there)."""
+        self._control_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("LeaderAndIsr failed", exc_info=task.exception())
 
     async def _leader_and_isr(
         self, req: broker_pb2.LeaderAndIsrRequest
