@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +68,20 @@ def open_descriptors() -> int:
 class DescriptorBudget:
     """How many new partitions still fit under the open-file limit (module doc)."""
 
-    def __init__(self, limit: int | None = None, reserve: int = RESERVE) -> None:
+    def __init__(
+        self,
+        limit: int | None = None,
+        reserve: int = RESERVE,
+        count: Callable[[], int] = open_descriptors,
+    ) -> None:
         self.limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if limit is None else limit
         self.reserve = reserve
+        #: how many descriptors are open now
+        self.count = count
 
-    def room(self, open_now: int | None = None) -> int:
+    def room(self) -> int:
         """New partitions that fit now."""
-        used = open_descriptors() if open_now is None else open_now
-        return max(0, (self.limit - self.reserve - used) // FILES_PER_PARTITION)
+        return max(0, (self.limit - self.reserve - self.count()) // FILES_PER_PARTITION)
 
     def admit(self, new_partitions: int) -> int:
         """How many of ``new_partitions`` may be created (the first ones, in request order)."""
