@@ -33,6 +33,13 @@ PARTITIONS = prom.Gauge(
     "headwater_broker_partitions", "Partitions hosted by this broker, by role", ["role"]
 )
 
+PARTITIONS_REFUSED = prom.Counter(
+    "headwater_broker_partitions_refused_total",
+    "New partitions a LeaderAndIsr named that this broker refused to host, by reason "
+    "(descriptors: the open-file limit would leave too few for connections)",
+    ["reason"],
+)
+
 PRODUCE_DUPLICATES = prom.Counter(
     "headwater_broker_produce_duplicates_total",
     "Idempotent produce entries answered as duplicates (nothing appended), by topic",
@@ -64,11 +71,20 @@ REPLICA_FETCH_WAITING = prom.Gauge(
 )
 
 
+#: (topic, partition) -> (segments, size) as last set on the log-shape gauges: the periodic
+#: refresh sets only what changed (a broker with thousands of idle partitions spent most of
+#: its idle CPU looking up their label children every second).
+_shape: dict[tuple[str, int], tuple[int, int]] = {}
+
+
 def set_log_size(topic: str, partition: int, size: int) -> None:
     LOG_SIZE.labels(topic, str(partition)).set(size)
+    segments = _shape.get((topic, partition), (-1, -1))[0]
+    _shape[(topic, partition)] = (segments, size)
 
 
 def forget_partition(topic: str, partition: int) -> None:
+    _shape.pop((topic, partition), None)
     with contextlib.suppress(KeyError):
         LOG_SIZE.remove(topic, str(partition))
     with contextlib.suppress(KeyError):
@@ -141,13 +157,21 @@ def observe_isr_change(old: tuple[int, ...], new: tuple[int, ...]) -> None:
 def refresh_partition_gauges(partitions: Iterable[Any]) -> None:
     """Recompute the replication-health and log-shape gauges from the hosted partitions
     (``services.broker.partition.Partition``: ``topic``, ``partition``, ``is_leader``,
-    ``replicas``, ``isr``, ``config.min_insync_replicas``, ``log``). Call on the loop."""
+    ``replicas``, ``isr``, ``config.min_insync_replicas``, ``log``). Call on the loop. A
+    partition's log-shape gauges are set only when they changed since they were last set."""
     under = at_min = under_min = 0
     for p in partitions:
         if p.log.closed:
             continue
-        LOG_SEGMENTS.labels(p.topic, str(p.partition)).set(p.log.num_segments)
-        LOG_SIZE.labels(p.topic, str(p.partition)).set(int(p.log.size_in_bytes))
+        key = (p.topic, p.partition)
+        shape = (p.log.num_segments, int(p.log.size_in_bytes))
+        last = _shape.get(key)
+        if last != shape:
+            _shape[key] = shape
+            if last is None or last[0] != shape[0]:
+                LOG_SEGMENTS.labels(p.topic, str(p.partition)).set(shape[0])
+            if last is None or last[1] != shape[1]:
+                LOG_SIZE.labels(p.topic, str(p.partition)).set(shape[1])
         if not p.is_leader:
             continue
         isr = len(p.isr)

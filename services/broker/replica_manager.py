@@ -33,10 +33,14 @@ Control requests (LeaderAndIsr, UpdateMetadata, StopReplica) run one at a time u
 ``_control_lock``; they create, open, close and delete logs through the ``LogManager`` in
 worker threads. A LeaderAndIsr applies its partitions concurrently (one task per partition,
 a partition's own states in request order): a failover's hundreds of new leaderships each
-fsync a leader-epoch checkpoint before leading, and those fsyncs overlap in the worker threads
-(the file system commits them together) instead of queueing one after another. A
-whole-request rejection (fencing) is answered in the response's ``error_code``;
-partition-level failures in the per-partition list.
+write a leader-epoch checkpoint before leading (without fsync: ``storage/leader_epoch.py``),
+and a start's thousands of new partitions each create a log, in the worker threads at once
+instead of one after another. A LeaderAndIsr whose RPC is cancelled (the controller's
+deadline) is still applied to the end; the resend finds its partitions done. New
+partitions past what the open-file limit leaves room for are refused
+(``KAFKA_STORAGE_ERROR``, ``descriptors.py``). A whole-request rejection (fencing) is
+answered in the response's ``error_code``; partition-level failures in the per-partition
+list.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from headwater.config import TopicConfig, resolve_topic_config
 from headwater.errors import (
     BrokerNotAvailableError,
     HeadwaterError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     StaleBrokerEpochError,
     StaleControllerEpochError,
@@ -63,6 +68,7 @@ from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker import metrics
 from services.broker.codes import error_code
+from services.broker.descriptors import DescriptorBudget
 from services.broker.metadata_cache import MetadataCache
 from services.broker.partition import LeaderState, Partition, Role
 from services.broker.replication import isr as isr_mod
@@ -87,6 +93,7 @@ class ReplicaManager:
         *,
         peers: Peers | None = None,
         replica_lag_time_max_ms: int = 10_000,
+        descriptors: DescriptorBudget | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
@@ -100,6 +107,10 @@ class ReplicaManager:
         self._confirmed_controller_epoch = -1
         self.broker_epoch: int | None = None
         self._control_lock = asyncio.Lock()
+        #: how many new partitions the open-file limit leaves room for
+        self.descriptors = descriptors or DescriptorBudget()
+        #: control requests still being applied after their RPC was cancelled
+        self._control_tasks: set[asyncio.Task[Any]] = set()
         self.peers = peers or Peers(metadata)
         self.fetchers = FetcherManager(broker_id, self.peers, lambda: self.broker_epoch)
         self.isr = IsrManager(
@@ -294,6 +305,27 @@ class ReplicaManager:
     async def leader_and_isr(
         self, req: broker_pb2.LeaderAndIsrRequest
     ) -> broker_pb2.LeaderAndIsrResponse:
+        """Apply a LeaderAndIsr. The work runs in its own task, shielded from the caller: when
+        the controller's deadline cancels the RPC part-way (thousands of new partitions on a
+        loaded broker), the application still completes under the control lock, and the
+        controller's resend, queued behind it, finds every partition already in the state it
+        names (a cheap no-op each) instead of starting the work again from the first one."""
+        task = asyncio.get_running_loop().create_task(
+            self._leader_and_isr(req), name="leader-and-isr"
+        )
+        self._control_tasks.add(task)
+        task.add_done_callback(self._control_done)
+        return await asyncio.shield(task)
+
+    def _control_done(self, task: asyncio.Task[Any]) -> None:
+        """A control task ended; its failure is logged (its RPC may no longer be there)."""
+        self._control_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("LeaderAndIsr failed", exc_info=task.exception())
+
+    async def _leader_and_isr(
+        self, req: broker_pb2.LeaderAndIsrRequest
+    ) -> broker_pb2.LeaderAndIsrResponse:
         async with self._control_lock:
             try:
                 await self.check_fence(req.controller_epoch, req.broker_epoch)
@@ -305,9 +337,12 @@ class ReplicaManager:
             for i, a in enumerate(req.partitions):
                 by_key.setdefault((a.topic, a.state.partition), []).append(i)
             failures: list[Exception | None] = [None] * len(req.partitions)
+            self._refuse_past_descriptors(by_key, failures)
 
             async def apply(indexes: list[int]) -> None:
                 for i in indexes:  # one partition's states in request order
+                    if failures[i] is not None:
+                        continue  # refused before applying
                     a = req.partitions[i]
                     try:
                         await self._apply_assignment(a)
@@ -337,6 +372,23 @@ class ReplicaManager:
                 )
             self._update_role_gauges()
             return resp
+
+    def _refuse_past_descriptors(
+        self, by_key: dict[Key, list[int]], failures: list[Exception | None]
+    ) -> None:
+        """Refuse the new partitions (in request order) past what the open-file limit leaves
+        room for (``descriptors.py``); hosted ones are always applied."""
+        new = [key for key in by_key if key not in self.partitions]
+        admitted = self.descriptors.admit(len(new))
+        if admitted == len(new):
+            return
+        refused = new[admitted:]
+        message = self.descriptors.refusal()
+        log.error("LeaderAndIsr: refusing %d new partitions: %s", len(refused), message)
+        metrics.PARTITIONS_REFUSED.labels("descriptors").inc(len(refused))
+        for key in refused:
+            for i in by_key[key]:
+                failures[i] = KafkaStorageError(f"{key[0]}-{key[1]}: {message}")
 
     async def _apply_assignment(self, a: broker_pb2.PartitionAssignment) -> None:
         state = a.state

@@ -70,7 +70,7 @@ from headwater.platform.producer_ids import ProducerIdAllocator
 from headwater.platform.runner import ProcessRunner
 from headwater.platform.security_flags import PLAINTEXT, ServerSecurity
 from headwater.platform.server import start_server
-from services.broker import group_stream, metrics, servicer, stray_replicas
+from services.broker import descriptors, group_stream, metrics, servicer, stray_replicas
 from services.broker.handlers.init_producer_id import ProducerIds
 from services.broker.metadata_cache import MetadataCache
 from services.broker.quotas import watcher as quota_watcher
@@ -188,7 +188,19 @@ async def _start(settings: BrokerSettings, proc: ProcessRunner) -> dict[str, Any
     """Build the broker (module doc: start order), start its tasks; the ready payload."""
     for d in settings.data_dirs:
         d.mkdir(parents=True, exist_ok=True)
+    before, limit = descriptors.raise_soft_limit()
     log_manager = await asyncio.to_thread(LogManager, [str(d) for d in settings.data_dirs])
+    budget = descriptors.DescriptorBudget(limit)
+    room = budget.room()
+    log.info(
+        "open-file limit %d (was %d): %d descriptors open, room for %d more partitions",
+        limit,
+        before,
+        descriptors.open_descriptors(),
+        room,
+    )
+    if room == 0:
+        log.error("no room for new partitions: %s", budget.refusal())
     metadata = MetadataCache()
     rm = ReplicaManager(
         settings.broker_id,
@@ -196,6 +208,7 @@ async def _start(settings: BrokerSettings, proc: ProcessRunner) -> dict[str, Any
         metadata,
         peers=Peers(metadata, settings.peer_overrides, _peer_credentials(settings.security)),
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+        descriptors=budget,
     )
     client: hetcd.Etcd | None = None
     registration: Registration | None = None

@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from headwater.v1 import broker_pb2, metadata_pb2
+from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker.metadata_cache import MetadataCache
 from services.broker.replica_manager import ReplicaManager
 from services.broker.storage.leader_epoch import read_entries
 from services.broker.storage.log import Log
 from services.broker.storage.log_manager import LogManager
-
-ME = 1
-BROKER_EPOCH = 7
+from tests.broker.lai_helpers import BROKER_EPOCH, ME, assignment, request
+from tests.helpers.wait import async_wait_for
 
 
 def _manager(tmp_path: Path) -> ReplicaManager:
@@ -27,26 +26,6 @@ def _manager(tmp_path: Path) -> ReplicaManager:
     rm.broker_epoch = BROKER_EPOCH
     rm.controller_epoch = 1
     return rm
-
-
-def _assignment(topic: str, partition: int, epoch: int) -> broker_pb2.PartitionAssignment:
-    return broker_pb2.PartitionAssignment(
-        topic=topic,
-        state=metadata_pb2.PartitionState(
-            partition=partition,
-            leader=ME,
-            leader_epoch=epoch,
-            partition_epoch=epoch,
-            replicas=[ME],
-            isr=[ME],
-        ),
-    )
-
-
-def _request(*assignments: broker_pb2.PartitionAssignment) -> broker_pb2.LeaderAndIsrRequest:
-    return broker_pb2.LeaderAndIsrRequest(
-        controller_epoch=1, broker_epoch=BROKER_EPOCH, partitions=list(assignments)
-    )
 
 
 def test_new_leaderships_write_their_checkpoints_concurrently(
@@ -64,7 +43,7 @@ def test_new_leaderships_write_their_checkpoints_concurrently(
 
     monkeypatch.setattr(Log, "assign_epoch", assign_together)
     rm = _manager(tmp_path)
-    req = _request(*(_assignment("t", p, 0) for p in range(parties)))
+    req = request(*(assignment("t", p, 0) for p in range(parties)))
     resp = asyncio.run(rm.leader_and_isr(req))
     assert resp.error_code == ErrorCode.NONE
     assert [(r.partition, r.error_code) for r in resp.partitions] == [
@@ -83,7 +62,7 @@ def test_one_partitions_states_apply_in_request_order(tmp_path: Path) -> None:
     rm = _manager(tmp_path)
     resp = asyncio.run(
         rm.leader_and_isr(
-            _request(_assignment("a", 0, 0), _assignment("b", 0, 0), _assignment("a", 0, 1))
+            request(assignment("a", 0, 0), assignment("b", 0, 0), assignment("a", 0, 1))
         )
     )
     assert [r.error_code for r in resp.partitions] == [ErrorCode.NONE] * 3
@@ -93,7 +72,7 @@ def test_one_partitions_states_apply_in_request_order(tmp_path: Path) -> None:
 
     resp = asyncio.run(
         rm.leader_and_isr(
-            _request(_assignment("c", 0, 3), _assignment("d", 0, 0), _assignment("c", 0, 2))
+            request(assignment("c", 0, 3), assignment("d", 0, 0), assignment("c", 0, 2))
         )
     )
     assert [(r.topic, r.error_code) for r in resp.partitions] == [
@@ -103,3 +82,48 @@ def test_one_partitions_states_apply_in_request_order(tmp_path: Path) -> None:
     ]
     assert rm.partitions[("c", 0)].leader_epoch == 3
     assert rm.partitions[("d", 0)].is_leader
+
+
+def test_a_cancelled_request_is_applied_once_and_its_resend_finds_it_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's deadline cancels a LeaderAndIsr while its partitions' logs are being
+    created: the application goes on, and the resend (queued behind it) creates nothing
+    again and answers every partition as applied."""
+    parts = 3
+    created: list[tuple[str, int]] = []
+    release = threading.Event()
+    get_or_create = LogManager.get_or_create
+
+    def slow_create(self: LogManager, topic: str, partition: int, *args: object) -> Log:
+        created.append((topic, partition))
+        assert release.wait(20)
+        return get_or_create(self, topic, partition, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LogManager, "get_or_create", slow_create)
+    rm = _manager(tmp_path)
+    req = request(*(assignment("t", p, 0) for p in range(parts)))
+
+    async def scenario() -> broker_pb2.LeaderAndIsrResponse:
+        first = asyncio.create_task(rm.leader_and_isr(req))
+
+        async def all_started() -> bool:
+            return len(created) == parts
+
+        await async_wait_for(all_started, timeout=20, what="every log creation started")
+        first.cancel()  # the RPC's deadline
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        release.set()
+        return await rm.leader_and_isr(req)  # the controller's resend
+
+    resp = asyncio.run(scenario())
+    assert [(r.partition, r.error_code) for r in resp.partitions] == [
+        (p, ErrorCode.NONE) for p in range(parts)
+    ]
+    assert sorted(created) == [("t", p) for p in range(parts)]  # each created once
+    for p in range(parts):
+        part = rm.partitions[("t", p)]
+        assert part.is_leader and part.leader_epoch == 0
+        entries = read_entries(part.log.dir)
+        assert entries is not None and [(e.epoch, e.start_offset) for e in entries] == [(0, 0)]

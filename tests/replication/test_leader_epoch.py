@@ -10,6 +10,7 @@ import pytest
 from headwater.batch import encode_batch, iter_headers, validate_batches
 from headwater.config import TopicConfig
 from headwater.errors import CorruptRecordError, InvalidRequestError
+from services.broker.storage import fileio
 from services.broker.storage.leader_epoch import (
     EPOCH_FILE,
     EpochEntry,
@@ -186,6 +187,81 @@ def test_entries_past_a_recovered_log_end_are_dropped_at_open(tmp_path: Path) ->
     log.close()
     # the process wrote the epoch entry but died before the batch reached the disk
     (d / EPOCH_FILE).write_text("0\n2\n0 0\n5 2\n")
+    again = Log(d, TopicConfig())
+    assert again.epochs.entries == [EpochEntry(0, 0)]
+    again.close()
+
+
+def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = fileio.os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(fileio.os, "fsync", counting)
+    return calls
+
+
+def test_new_epochs_are_written_without_fsync_and_synced_by_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = tmp_path / "t-0"
+    log = Log(d, TopicConfig())
+    leader_append(log, batch(2), 0)
+    log.flush()
+    fsyncs = _count_fsyncs(monkeypatch)
+    log.assign_epoch(3)  # a new leadership
+    leader_append(log, batch(2, tag=1), 3)
+    follower_batch = _epoch_batch(4, 4)
+    log.append_as_follower(follower_batch, replicated(follower_batch))  # as a follower
+    assert fsyncs == []
+    assert read_entries(d) == [EpochEntry(0, 0), EpochEntry(3, 2), EpochEntry(4, 4)]
+    assert log.epochs.unsynced
+    log.flush()  # before the recovery point moves past them, the entries are fsynced
+    assert not log.epochs.unsynced
+    assert len(fsyncs) >= 2  # the checkpoint's tmp file and its directory (then segments)
+    log.close()
+
+
+def _epoch_batch(epoch: int, base: int) -> bytes:
+    """A batch as a leader of ``epoch`` wrote it at ``base``."""
+    return encode_batch(
+        [b"x", b"y"], timestamps=[1000, 1001], base_offset=base, partition_leader_epoch=epoch
+    )
+
+
+def test_unclean_open_adds_epochs_the_file_lost_from_the_headers(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = Log(d, TopicConfig())
+    leader_append(log, batch(2), 0)
+    log.flush()  # recovery point 2, file [(0, 0)] durable
+    durable = (d / EPOCH_FILE).read_text()
+    log.assign_epoch(3)
+    leader_append(log, batch(2, tag=1), 3)
+    leader_append(log, batch(2, tag=2), 5)
+    assert log.epochs.entries == [EpochEntry(0, 0), EpochEntry(3, 2), EpochEntry(5, 4)]
+    log.close(mark_clean=False)
+    # a power loss kept the log's tail but not the unsynced checkpoint
+    (d / EPOCH_FILE).write_text(durable)
+    again = Log(d, TopicConfig())
+    assert again.epochs.entries == [EpochEntry(0, 0), EpochEntry(3, 2), EpochEntry(5, 4)]
+    assert read_entries(d) == again.epochs.entries
+    assert not again.epochs.unsynced
+    again.close()
+
+
+def test_clean_open_trusts_the_file(tmp_path: Path) -> None:
+    """Only an unclean shutdown completes the file from the headers: after a clean close the
+    file is complete (close fsyncs it), so a hand-edited one is taken as it is."""
+    d = tmp_path / "t-0"
+    log = Log(d, TopicConfig())
+    leader_append(log, batch(2), 0)
+    leader_append(log, batch(2, tag=1), 3)
+    log.close()
+    assert read_entries(d) == [EpochEntry(0, 0), EpochEntry(3, 2)]
+    (d / EPOCH_FILE).write_text("0\n1\n0 0\n")
     again = Log(d, TopicConfig())
     assert again.epochs.entries == [EpochEntry(0, 0)]
     again.close()

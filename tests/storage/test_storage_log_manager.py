@@ -104,3 +104,55 @@ def test_retention_waits_for_the_real_config_of_loaded_logs(tmp_path, clock):
     again.get_or_create("t", 0, TopicConfig(segment_bytes=1024, retention_ms=1000))
     assert again.retention_pass(clock.now) == segments - 1
     again.close()
+
+
+def test_lookups_do_not_wait_behind_a_log_being_created(tmp_path, monkeypatch) -> None:
+    """A new log's files are created outside the manager's lock: while one creation is held
+    up (its fsyncs, on a busy disk), lookups and other partitions' creations go on, and a
+    second caller for the same partition gets the same log once it exists."""
+    import threading
+
+    from services.broker.storage import log_manager as lm_mod
+
+    entered = threading.Event()
+    release = threading.Event()
+    real_log = lm_mod.Log
+
+    def slow_log(path, *args, **kwargs):
+        if path.name == "slow-0":
+            entered.set()
+            assert release.wait(20)
+        return real_log(path, *args, **kwargs)
+
+    monkeypatch.setattr(lm_mod, "Log", slow_log)
+    m = LogManager([tmp_path])
+    got: dict[str, object] = {}
+
+    def create(key: str) -> None:
+        got[key] = m.get_or_create("slow", 0, TopicConfig(), "id-slow")
+
+    first = threading.Thread(target=create, args=("first",))
+    first.start()
+    assert entered.wait(20)
+    looked_up: dict[str, object] = {}
+
+    def lookups() -> None:
+        looked_up["dir"] = m.log_dir_of("slow", 0)
+        looked_up["id"] = m.topic_id("slow", 0)
+        looked_up["other"] = m.get_or_create("fast", 0, TopicConfig(), "id-fast")
+
+    other = threading.Thread(target=lookups)
+    other.start()
+    other.join(20)
+    # done while the slow creation is still held up (before, they waited for the lock)
+    assert not other.is_alive() and not release.is_set()
+    assert looked_up["dir"] == tmp_path and looked_up["id"] is None
+    second = threading.Thread(target=create, args=("second",))
+    second.start()
+    release.set()
+    first.join(20)
+    second.join(20)
+    assert got["first"] is got["second"] is m.get("slow", 0)
+    assert m.topic_id("slow", 0) == "id-slow"
+    assert m.partitions() == [("fast", 0), ("slow", 0)]
+    m.close()

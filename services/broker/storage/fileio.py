@@ -109,19 +109,24 @@ class LazyFile:
         self._closed = True
 
 
-def replace_atomically(path: Path, data: bytes) -> None:
+def replace_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, never a
     torn one: write ``path.tmp``, fsync it, rename over ``path``, fsync the directory (so the
-    rename itself survives a power loss). Raises OSError."""
+    rename itself survives a power loss). ``sync=False`` skips both fsyncs: a process crash
+    still leaves the old or the new file, a power loss may leave the old one (or, on file
+    systems that do not order the rename after the data, an empty or torn one: the caller
+    must read such a file as absent). Raises OSError."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, data)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(directory: Path) -> None:

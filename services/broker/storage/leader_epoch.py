@@ -1,7 +1,7 @@
 """The leader-epoch cache of one partition: which leader epoch started at which offset.
 
 File ``leader-epoch-checkpoint`` in the partition directory (text, replaced atomically:
-write ``.tmp``, fsync, rename), Kafka's format::
+write ``.tmp``, rename; fsynced as described below), Kafka's format::
 
     0                      version
     2                      number of entries
@@ -25,6 +25,17 @@ as Kafka's ``LeaderEpochFileCache.endOffsetFor``.
 
 A missing or unreadable file is not an error: the ``Log`` rebuilds the cache from its batch
 headers (every batch carries the epoch it was written in).
+
+Durability (the scheme of Kafka's KAFKA-15046): a new entry (``assign``) replaces the file
+**without** fsync, so a failover's hundreds of new leaderships and the followers' first
+batches of the new epoch do not each wait for the disk; the ``Log`` fsyncs the file
+(``sync``) before it moves its recovery point (``Log.flush``, ``Log.maybe_flush``, clean
+close), so every entry below the recovery point is durable, and after an unclean shutdown it
+adds the epochs of the batches past the recovery point from their headers
+(``recovery.load_epoch_cache``). A process crash loses nothing (the page cache survives it);
+after a power loss the file is the old or the new version, never torn. Removals
+(``truncate_from_end``, ``truncate_from_start``, ``clear``) are rare and fsync at once: an
+entry the log no longer has must never come back.
 
 Threads: no locking here; the owning ``Log`` calls every method under its own lock.
 """
@@ -79,24 +90,28 @@ def _ascending(entries: list[EpochEntry]) -> bool:
     )
 
 
-def write_entries(directory: Path, entries: Iterable[EpochEntry]) -> None:
-    """Atomically replace the file (tmp, fsync, rename); KafkaStorageError on I/O errors."""
+def write_entries(directory: Path, entries: Iterable[EpochEntry], *, sync: bool = True) -> None:
+    """Atomically replace the file (tmp, rename; with ``sync`` the tmp file and the directory
+    are fsynced too); KafkaStorageError on I/O errors."""
     items = list(entries)
     text = f"{VERSION}\n{len(items)}\n" + "".join(f"{x.epoch} {x.start_offset}\n" for x in items)
     try:
-        replace_atomically(directory / EPOCH_FILE, text.encode())
+        replace_atomically(directory / EPOCH_FILE, text.encode(), sync=sync)
     except OSError as exc:
         raise KafkaStorageError(f"cannot write {EPOCH_FILE} in {directory}: {exc}") from exc
 
 
 class LeaderEpochCache:
-    """Ascending ``(epoch, start_offset)`` entries, persisted on every change."""
+    """Ascending ``(epoch, start_offset)`` entries, written on every change (fsynced as the
+    module doc says)."""
 
     def __init__(self, directory: Path, entries: Iterable[EpochEntry] = ()) -> None:
         self.dir = Path(directory)
         self._entries: list[EpochEntry] = list(entries)
         if not _ascending(self._entries):
             raise ValueError(f"epoch entries not ascending: {self._entries}")
+        #: the file holds entries not fsynced yet (written by ``assign``)
+        self.unsynced = False
 
     @property
     def entries(self) -> list[EpochEntry]:
@@ -107,7 +122,14 @@ class LeaderEpochCache:
         return self._entries[-1].epoch if self._entries else UNDEFINED
 
     def flush(self) -> None:
+        """Write the entries and fsync them."""
         write_entries(self.dir, self._entries)
+        self.unsynced = False
+
+    def sync(self) -> None:
+        """Make every entry durable (the owning log is about to move its recovery point)."""
+        if self.unsynced:
+            self.flush()
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; True when something changed.
@@ -124,7 +146,8 @@ class LeaderEpochCache:
         kept = [x for x in self._entries if x.epoch < epoch and x.start_offset <= start_offset]
         kept.append(EpochEntry(epoch, start_offset))
         self._entries = kept
-        self.flush()
+        write_entries(self.dir, kept, sync=False)
+        self.unsynced = True
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:

@@ -123,7 +123,12 @@ class Log(LogCleanup, LogReads):
         self._publish(structure_changed=True)
         self._write_checkpoint()
         self.epochs = recovery.load_epoch_cache(
-            self.dir, segs, log_start=self._log_start, log_end=self._leo
+            self.dir,
+            segs,
+            log_start=self._log_start,
+            log_end=self._leo,
+            clean=clean,
+            recovery_point=recovery_point,
         )
         self._rebuild_producer_state()
 
@@ -371,9 +376,11 @@ class Log(LogCleanup, LogReads):
     # -- flushing -----------------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync every segment written since the last flush; recovery point = log end."""
+        """fsync every segment written since the last flush (and the epoch cache's file: its
+        entries below the recovery point must be durable); recovery point = log end."""
         with self._lock:
             self._check_open()
+            self.epochs.sync()
             for seg in [*self._sealed_unflushed, self._segments[-1]]:
                 seg.flush()
             self._sealed_unflushed = []
@@ -393,6 +400,7 @@ class Log(LogCleanup, LogReads):
             self._check_open()
             flushed = False
             if self._sealed_unflushed:
+                self.epochs.sync()
                 for seg in self._sealed_unflushed:
                     seg.flush()
                 self._sealed_unflushed = []

@@ -80,6 +80,8 @@ class LogManager:
         #: each log's stored topic id (None: a directory from before topic ids were stored).
         self._topic_ids: dict[tuple[str, int], str | None] = {}
         self._lock_fds: list[int] = []
+        #: partitions whose new log another thread is creating (outside the lock)
+        self._creating: dict[tuple[str, int], threading.Event] = {}
         try:
             for d in self.log_dirs:
                 d.mkdir(parents=True, exist_ok=True)
@@ -129,28 +131,52 @@ class LogManager:
                 stale = self._forget(tp)
         if stale is not None:
             stale.delete()
+        while True:
+            with self._lock:
+                busy = self._creating.get(tp)
+                if busy is None:
+                    log = self._logs.get(tp)
+                    if log is not None and log.closed:
+                        log = Log(self._home[tp] / name, config, clock=self._clock)
+                        self._logs[tp] = log
+                    elif log is not None:
+                        log.update_config(config)
+                    else:
+                        home = self._least_loaded_dir()
+                        self._home[tp] = home  # placed: counts for the next placements
+                        busy = self._creating[tp] = threading.Event()
+                        break
+                    return self._finish(tp, log, topic_id)
+            busy.wait()  # another thread is creating this partition's log: use it
+        # The new log's files are created and fsynced outside the lock: thousands of new
+        # partitions go through the worker threads at once, and the event loop's lookups
+        # (``topic_id``, ``log_dir_of``) must not wait behind all of them.
+        try:
+            if topic_id:
+                (home / name).mkdir(exist_ok=True)
+                partition_metadata.write_topic_id(home / name, topic_id)
+                fileio.fsync_dir(home)
+            log = Log(home / name, config, clock=self._clock)
+        except BaseException:
+            with self._lock:
+                self._home.pop(tp, None)
+                self._creating.pop(tp).set()
+            raise
         with self._lock:
-            log = self._logs.get(tp)
-            if log is not None and log.closed:
-                log = Log(self._home[tp] / name, config, clock=self._clock)
-                self._logs[tp] = log
-            elif log is not None:
-                log.update_config(config)
-            else:
-                home = self._least_loaded_dir()
-                if topic_id:
-                    (home / name).mkdir(exist_ok=True)
-                    partition_metadata.write_topic_id(home / name, topic_id)
-                    fileio.fsync_dir(home)
-                    self._topic_ids[tp] = topic_id
-                log = Log(home / name, config, clock=self._clock)
-                self._logs[tp] = log
-                self._home[tp] = home
-            if topic_id and self._topic_ids.get(tp) is None:
-                partition_metadata.write_topic_id(self._home[tp] / name, topic_id)
+            if topic_id:
                 self._topic_ids[tp] = topic_id
-            self._configured.add(tp)
-            return log
+            self._logs[tp] = log
+            self._home[tp] = home
+            self._creating.pop(tp).set()
+            return self._finish(tp, log, topic_id)
+
+    def _finish(self, tp: tuple[str, int], log: Log, topic_id: str) -> Log:
+        """Store a missing topic id and mark ``tp`` configured (caller holds the lock)."""
+        if topic_id and self._topic_ids.get(tp) is None:
+            partition_metadata.write_topic_id(self._home[tp] / partition_dir_name(*tp), topic_id)
+            self._topic_ids[tp] = topic_id
+        self._configured.add(tp)
+        return log
 
     def _forget(self, tp: tuple[str, int]) -> Log | None:
         """Drop ``tp`` from every map (caller holds the lock); its log, if any."""

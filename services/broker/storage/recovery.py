@@ -10,6 +10,9 @@ trusted or served, so later segments are deleted.
 Epoch cache: read from ``leader-epoch-checkpoint``; when it is missing or damaged it is
 rebuilt from the batch headers (each batch records the leader epoch it was written in), then
 cut to the recovered log (entries at or past the log end, or wholly below the log start).
+After an unclean shutdown the epochs of the batches in the segments reaching past the
+recovery point are added from their headers too: new entries are written to the file without
+fsync (``leader_epoch`` module doc), so the file may lack the newest ones.
 """
 
 from __future__ import annotations
@@ -55,9 +58,13 @@ def load_epoch_cache(
     *,
     log_start: int,
     log_end: int,
+    clean: bool = True,
+    recovery_point: int = 0,
     on_rebuild: Callable[[], None] | None = None,
 ) -> LeaderEpochCache:
-    """The partition's epoch cache, rebuilt from batch headers when the file is unusable."""
+    """The partition's epoch cache, rebuilt from batch headers when the file is unusable;
+    after an unclean shutdown (``clean`` False) completed from the headers of the segments
+    reaching past ``recovery_point``."""
     entries = read_entries(directory)
     if entries is None:
         found: list[EpochEntry] = []
@@ -71,6 +78,24 @@ def load_epoch_cache(
             on_rebuild()
     else:
         cache = LeaderEpochCache(directory, entries)
+        if not clean:
+            _add_epochs_past(cache, segments, recovery_point)
     cache.truncate_from_end(log_end)
     cache.truncate_from_start(log_start)
     return cache
+
+
+def _add_epochs_past(
+    cache: LeaderEpochCache, segments: Sequence[LogSegment], recovery_point: int
+) -> None:
+    """Assign the epochs the batch headers of the segments reaching past ``recovery_point``
+    start that are newer than the cache's latest (entries the file may not have reached the
+    disk with), then fsync the file if that added any."""
+    for i, seg in enumerate(segments):
+        next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        if next_base is not None and next_base <= recovery_point:
+            continue
+        for h in seg.headers(seg.size):
+            if h.partition_leader_epoch > cache.latest_epoch:
+                cache.assign(h.partition_leader_epoch, h.base_offset)
+    cache.sync()
