@@ -395,6 +395,8 @@ def spark_session(jars: list[Path]) -> Iterator[Any]:
         SparkSession.builder.master("local[2]")
         .appName("spark-vs-kafka")
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")  # loopback only
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.shuffle.partitions", "2")
