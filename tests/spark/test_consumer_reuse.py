@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from headwater_spark.consumer_pool import PoolStats
 
 from tests.helpers.spark import make_topic, produce, stream_from_earliest
+
+pytestmark = pytest.mark.timeout(1200)
 
 PARTITIONS = 4
 PER_PARTITION = 60
