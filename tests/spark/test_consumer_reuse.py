@@ -4,11 +4,9 @@ pool, headwater_spark.consumer_pool) and still reads every record exactly once."
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from headwater_spark.consumer_pool import PoolStats
 
@@ -22,21 +20,24 @@ MAX_PER_TRIGGER = 80  # 240 records: 3 micro-batches of 4 tasks each
 
 
 def _pool_stats(spark: Any) -> dict[int, PoolStats]:
-    """Each Python worker's pool counters, by worker pid. Collected with mapInArrow, which
+    """Each Python worker's pool counters, by worker pid. Collected by a Python UDF, which
     Spark runs in the same worker processes as a Python data source's reads; several tasks so
     every idle worker answers."""
+    from pyspark.sql.functions import udf
 
-    def stats(_batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    @udf("string")
+    def stats(_id: int) -> str:
         from headwater_spark.consumer_pool import POOL
 
         s = POOL.stats()
-        yield pa.RecordBatch.from_pylist(
-            [{"pid": os.getpid(), "opened": s.opened, "reused": s.reused, "closed": s.closed}]
-        )
+        return f"{os.getpid()} {s.opened} {s.reused} {s.closed}"
 
-    schema = "pid long, opened long, reused long, closed long"
-    rows = spark.range(0, 8, 1, 8).mapInArrow(stats, schema).collect()
-    return {r.pid: PoolStats(r.opened, r.reused, r.closed, 0) for r in rows}
+    rows = spark.range(0, 8, 1, 8).select(stats("id").alias("s")).collect()
+    out = {}
+    for r in rows:
+        pid, opened, reused, closed = (int(x) for x in r.s.split())
+        out[pid] = PoolStats(opened, reused, closed, 0)
+    return out
 
 
 def test_micro_batches_reuse_pooled_consumers_and_read_everything_once(
