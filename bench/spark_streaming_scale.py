@@ -28,6 +28,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,8 @@ def main() -> None:
     ap.add_argument("--drain-timeout", type=float, default=600)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the cluster and Spark are stopped, not orphaned
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -206,9 +209,11 @@ def main() -> None:
             with lock:
                 done = processed[0]
             final_lag = describe_lag(bootstrap, args.group)
+            t = round(time.monotonic() - t0, 1)
+            log(json.dumps({"t": t, "draining": True, "lag": final_lag, "processed": done}))
             if done >= produced and final_lag == 0:
                 break
-            time.sleep(1)
+            time.sleep(args.sample)
         total_secs = time.monotonic() - t0
         drain_secs = total_secs - produce_secs
         query.stop()
