@@ -11,8 +11,9 @@ SparkSession reads and writes both:
   ``Trigger.AvailableNow`` and a ``foreachBatch`` running the same aggregate; the same with a
   fixed ``maxOffsetsPerTrigger`` (several micro-batches);
 * write, streaming: a Parquet folder of 100 B records read with ``readStream`` (Trigger
-  .AvailableNow, ``maxFilesPerTrigger`` -> several micro-batches) into Kafka, Headwater
-  at-least-once and Headwater ``exactlyOnce=true`` (the transactional sink's cost).
+  .AvailableNow, ``maxFilesPerTrigger`` -> several micro-batches) into Kafka (twice), and
+  Headwater at-least-once and ``exactlyOnce=true`` (the transactional sink's cost) in both
+  orders: at-least-once, exactly-once, exactly-once, at-least-once, each run's row named.
 
 rows/s and MB/s (MB = 10**6 bytes of record values) per row, and Headwater / Kafka in rows/s.
 One system runs at a time (Kafka first, then Headwater); each phase starts with a warm-up read.
@@ -28,7 +29,7 @@ The broker is bench/peers/kafka.py's (Kafka from Maven Central, one KRaft node).
 
     python bench/spark_vs_kafka.py [--records-100 1000000] [--records-1k 250000]
         [--partitions 4,16] [--max-offsets-per-trigger 200000] [--stream-write-records 300000]
-        [--json results.json]
+        [--stream-only] [--json results.json]
 
 "A few million": ``--records-100 4000000 --records-1k 1000000``.
 """
@@ -355,19 +356,22 @@ class Bench:
                 op = f"read stream maxOffsetsPerTrigger={mopt}"
                 self.record(system, op, size, parts, n, secs, self.last_durations)
 
-            self.attempt(system, "read batch count/sum", size, parts, batch)
+            if not self.args.stream_only:
+                self.attempt(system, "read batch count/sum", size, parts, batch)
             self.attempt(system, "read stream AvailableNow", size, parts, avail)
             self.attempt(system, f"read stream maxOffsetsPerTrigger={mopt}", size, parts, limited)
-        # streaming writes: the Parquet records into a fresh topic per sink
+        # streaming writes: the Parquet records into a fresh topic per sink and run; each sink
+        # twice, Headwater's in both orders (at-least-once, exactly-once, exactly-once,
+        # at-least-once) so neither pays the streaming sink's first start alone
         n, parts = self.args.stream_write_records, self.partitions[0]
-        sinks: list[tuple[str, dict[str, str]]] = [("at-least-once", {})]
-        if fmt == "headwater":
-            sinks.append(
-                ("exactly-once", {"exactlyOnce": "true", "transactionalIdPrefix": "bench-eo"})
-            )
+        alo: tuple[str, dict[str, str]] = ("at-least-once", {})
+        eo = ("exactly-once", {"exactlyOnce": "true", "transactionalIdPrefix": "bench-eo"})
+        sinks = [alo, eo, eo, alo] if fmt == "headwater" else [alo, alo]
+        runs: dict[str, int] = {}
         for name, opts in sinks:
-            topic = f"sw-{name}"
-            op = f"write stream AvailableNow, {name}"
+            runs[name] = runs.get(name, 0) + 1
+            topic = f"sw-{name}-{runs[name]}"
+            op = f"write stream AvailableNow, {name} (run {runs[name]})"
 
             def swrite(
                 topic: str = topic, name: str = name, opts: dict[str, str] = opts, op: str = op
@@ -395,6 +399,8 @@ def spark_session(jars: list[Path]) -> Iterator[Any]:
         SparkSession.builder.master("local[2]")
         .appName("spark-vs-kafka")
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")  # loopback only
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.shuffle.partitions", "2")
@@ -453,6 +459,11 @@ def main() -> None:
     ap.add_argument("--query-timeout", type=float, default=1800)
     ap.add_argument("--systems", default="kafka,headwater")
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument(
+        "--stream-only",
+        action="store_true",
+        help="no batch read rows (the batch writes still fill the topics)",
+    )
     args = ap.parse_args()
     connector, jars = ensure_kafka_connector()
     kafka_libs = ensure_libs()

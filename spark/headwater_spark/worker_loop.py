@@ -9,11 +9,13 @@ loop thread is started on first use and lives as long as the worker.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
@@ -30,3 +32,17 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
             ).start()
         loop = _loop
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def run_if_started(coro: Coroutine[Any, Any, Any], *, timeout_s: float) -> None:
+    """Run ``coro`` on the loop if it was started (for clean-up at exit: a worker that never
+    used the loop has nothing to clean), waiting at most ``timeout_s``; errors are logged."""
+    with _lock:
+        loop = _loop
+    if loop is None or not loop.is_running():
+        coro.close()
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(coro, loop).result(timeout_s)
+    except Exception as exc:  # at exit: nothing left to raise to
+        log.warning("clean-up on the worker loop failed: %s", exc)
