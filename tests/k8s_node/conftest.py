@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.k8s_node.in_cluster import cluster  # noqa: F401 (the release `hw`, module-scoped)
 from tests.k8s_node.node import Node
 
 _build_error: list[BaseException] = []

@@ -36,8 +36,7 @@ from typing import Any
 
 import pytest
 
-from tests.k8s_node.node import Node
-from tests.k8s_node.test_in_cluster_use import (  # the module fixture `cluster`, reused
+from tests.k8s_node.in_cluster import (
     BOOTSTRAP,
     CONFIGMAP,
     CONTAINER_SECURITY,
@@ -46,10 +45,10 @@ from tests.k8s_node.test_in_cluster_use import (  # the module fixture `cluster`
     NS,
     POD_SECURITY,
     InCluster,
-    _labels,
-    _unique,
-    cluster,  # noqa: F401
+    labels,
+    unique_name,
 )
+from tests.k8s_node.node import Node
 
 IMAGES_JSON = Path.home() / ".cache" / "headwater-k8s" / "images" / "out" / "images.json"
 SPARK_JOB_SCRIPT = Path(__file__).with_name("spark_job.py")
@@ -91,12 +90,12 @@ def spark_job(name: str, image: str, args: list[str]) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": NS, "labels": _labels()},
+        "metadata": {"name": name, "namespace": NS, "labels": labels()},
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": JOB_TIMEOUT_S,
             "template": {
-                "metadata": {"labels": _labels()},
+                "metadata": {"labels": labels()},
                 "spec": {
                     "restartPolicy": "Never",
                     "securityContext": POD_SECURITY,
@@ -125,15 +124,15 @@ def spark_job(name: str, image: str, args: list[str]) -> dict[str, Any]:
 
 
 def test_a_spark_job_in_a_pod_reads_a_topic_through_the_bootstrap_service_and_writes_counts(
-    cluster: InCluster,  # noqa: F811
+    cluster: InCluster,
 ) -> None:
-    topic, result = _unique("spark-in"), _unique("spark-out")
+    topic, result = unique_name("spark-in"), unique_name("spark-out")
     try:
         cluster.apply(
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": {"name": CONFIGMAP, "namespace": NS, "labels": _labels()},
+                "metadata": {"name": CONFIGMAP, "namespace": NS, "labels": labels()},
                 "data": {
                     "records_job.py": JOB_SCRIPT.read_text(),
                     "spark_job.py": SPARK_JOB_SCRIPT.read_text(),
