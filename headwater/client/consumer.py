@@ -48,7 +48,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from headwater import errors, timeouts
 from headwater.client.connection import ConnectionPool, parse_bootstrap
@@ -65,7 +65,7 @@ from headwater.client.metadata import Metadata
 from headwater.client.offsets import EARLIEST, LATEST, list_offsets
 from headwater.client.security import ClientSecurity
 from headwater.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from headwater.v1 import broker_pb2
+from headwater.v1 import broker_pb2, coordinator_pb2
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +258,19 @@ class AsyncConsumer:
         """Like :meth:`commit` in a task; the task's exception reports a failure."""
         return asyncio.get_running_loop().create_task(self.commit(offsets), name="commit-async")
 
+    async def commit_detailed(
+        self, offsets: Mapping[TopicPartition, tuple[int, str]]
+    ) -> coordinator_pb2.OffsetCommitResponse:
+        """One OffsetCommit of ``tp -> (offset, metadata)`` with the current generation and
+        member; the coordinator's response is returned with its error codes, not raised
+        (the group stream reports them per partition)."""
+        return await self._group_member().commit_response(offsets)
+
+    @property
+    def rebalancing(self) -> bool:
+        """True while a group member is not in a stable generation (joining, syncing, lost)."""
+        return self._group is not None and not self._group.stable
+
     async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (None: nothing committed)."""
         return await self._group_member().fetch_committed(tps)
@@ -421,12 +434,15 @@ class AsyncConsumer:
             out.extend(fb.records())
         return out
 
-    async def close(self) -> None:
+    async def close(self, *, leave_group: bool = False) -> None:
+        """Close: a group member commits (auto-commit), revokes and leaves; a static member
+        (``group_instance_id``) leaves only with ``leave_group`` (else it keeps its place for
+        the session timeout, as Kafka's)."""
         if self._closed:
             return
         if self._group is not None:
             try:
-                await self._group.close()
+                await self._group.close(leave_static=leave_group)
             except errors.HeadwaterError as exc:
                 log.warning("leaving the group on close failed: %s", exc)
         self._closed = True

@@ -438,12 +438,14 @@ class GroupMember:
                 out[tp] = st.position
         return out
 
-    async def commit(self, offsets: Mapping[TopicPartition, int] | None) -> None:
-        """Commit ``offsets`` (default: the consumed positions) with this generation."""
-        todo = dict(self.consumed_positions() if offsets is None else offsets)
-        if not todo:
-            return
-        for off in todo.values():
+    async def commit_response(
+        self, offsets: Mapping[TopicPartition, tuple[int, str]]
+    ) -> cpb.OffsetCommitResponse:
+        """Send one OffsetCommit of ``offsets`` (``tp -> (offset, metadata)``) with this
+        generation and member and return the coordinator's answer as is (whole-request and
+        per-partition error codes); a lost membership or a rebalance marks the member for a
+        rejoin. Nothing is raised for error codes: the caller reads them."""
+        for off, _ in offsets.values():
             if off < 0:
                 raise errors.InvalidRequestError(f"cannot commit a negative offset {off}")
         req = cpb.OffsetCommitRequest(
@@ -453,12 +455,14 @@ class GroupMember:
             group_instance_id=self.cfg.group_instance_id,
             partitions=[
                 cpb.OffsetCommitPartition(
-                    topic=tp.topic, partition=tp.partition, offset=o, leader_epoch=-1
+                    topic=tp.topic, partition=tp.partition, offset=o, leader_epoch=-1, metadata=md
                 )
-                for tp, o in sorted(todo.items())
+                for tp, (o, md) in sorted(offsets.items())
             ],
         )
-        resp = await self.coord.call(self.cfg.group_id, "OffsetCommit", req)
+        resp: cpb.OffsetCommitResponse = await self.coord.call(
+            self.cfg.group_id, "OffsetCommit", req
+        )
         if resp.error_code in _LOST_CODES:
             if resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
@@ -466,6 +470,14 @@ class GroupMember:
             self.rejoin_needed = True
         elif resp.error_code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.rejoin_needed = True
+        return resp
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None) -> None:
+        """Commit ``offsets`` (default: the consumed positions) with this generation."""
+        todo = dict(self.consumed_positions() if offsets is None else offsets)
+        if not todo:
+            return
+        resp = await self.commit_response({tp: (o, "") for tp, o in todo.items()})
         errors.raise_for_code(resp.error_code, resp.error_message)
         for p in resp.partitions:
             errors.raise_for_code(p.error_code, p.error_message or f"{p.topic}[{p.partition}]")
@@ -531,13 +543,20 @@ class GroupMember:
                 log.warning("group %s: heartbeat: %s", self.cfg.group_id, resp.error_message)
             self.wakeup()
 
-    async def _leave(self, reason: str) -> None:
-        """Leave the group (dynamic members only); the owned partitions become lost."""
+    async def _leave(self, reason: str, *, static: bool = False) -> None:
+        """Leave the group (dynamic members only, and static ones too with ``static``: the
+        LeaveGroup names the instance id); the owned partitions become lost."""
         self.stable = False
-        if not self.cfg.group_instance_id and self.member_id:
+        if (static or not self.cfg.group_instance_id) and self.member_id:
             req = cpb.LeaveGroupRequest(
                 group_id=self.cfg.group_id,
-                members=[cpb.MemberIdentity(member_id=self.member_id, reason=reason)],
+                members=[
+                    cpb.MemberIdentity(
+                        member_id=self.member_id,
+                        group_instance_id=self.cfg.group_instance_id,
+                        reason=reason,
+                    )
+                ],
             )
             try:
                 await self.coord.call(self.cfg.group_id, "LeaveGroup", req)
@@ -548,8 +567,9 @@ class GroupMember:
         self.lost = bool(self.assigned)
         self.rejoin_needed = True
 
-    async def close(self) -> None:
-        """Commit (auto-commit), revoke, LeaveGroup (not for static members), stop tasks."""
+    async def close(self, *, leave_static: bool = False) -> None:
+        """Commit (auto-commit), revoke, LeaveGroup (not for static members unless
+        ``leave_static``, as Kafka's ``close(CloseOptions ... LEAVE_GROUP)``), stop tasks."""
         if self.closed:
             return
         if self.join_task is not None:
@@ -563,5 +583,5 @@ class GroupMember:
             self.hb_task.cancel()
             with contextlib.suppress(BaseException):
                 await self.hb_task
-        if not self.cfg.group_instance_id and self.member_id:
-            await self._leave("the consumer is being closed")
+        if (leave_static or not self.cfg.group_instance_id) and self.member_id:
+            await self._leave("the consumer is being closed", static=leave_static)

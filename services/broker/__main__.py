@@ -19,9 +19,11 @@ import logging
 import sys
 from pathlib import Path
 
+from headwater.errors import HeadwaterError
 from headwater.platform.dynamic_config import parse_static
 from headwater.platform.limits import add_limit_flags, limits_from_args
 from headwater.platform.security_flags import add_security_flags, security_from_args
+from services.broker.group_stream import StreamLimits
 from services.broker.registration import LEASE_TTL_S
 from services.broker.replication.peers import parse_overrides
 from services.broker.server import BrokerSettings, serve
@@ -106,6 +108,33 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         "quota.window.size.seconds; dynamic configs in etcd (headwater configs alter "
         "--entity-type brokers) take precedence",
     )
+    gsd = StreamLimits()
+    g = ap.add_argument_group("group streams (GroupStreamService.Consume, docs/groups.md)")
+    g.add_argument(
+        "--group-stream-max-streams",
+        type=int,
+        default=gsd.max_streams,
+        help="concurrent group streams this broker serves (more: THROTTLING_QUOTA_EXCEEDED)",
+    )
+    g.add_argument(
+        "--group-stream-max-credit-records",
+        type=int,
+        default=gsd.max_credit_records,
+        help="records a stream's client may have granted and not received (larger grants "
+        "are capped)",
+    )
+    g.add_argument(
+        "--group-stream-max-credit-bytes",
+        type=int,
+        default=gsd.max_credit_bytes,
+        help="bytes a stream's client may have granted and not received (larger grants are capped)",
+    )
+    g.add_argument(
+        "--group-stream-fetch-buffer-bytes",
+        type=int,
+        default=gsd.fetch_buffer_bytes,
+        help="fetched bytes a stream buffers per assigned partition",
+    )
     add_security_flags(ap)
     add_limit_flags(ap)
     a = ap.parse_args(argv)
@@ -130,6 +159,16 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         ap.error("--replica-lag-time-max-ms must be positive")
     if a.log_retention_check_interval_ms <= 0:
         ap.error("--log-retention-check-interval-ms must be positive")
+    stream_limits = StreamLimits(
+        max_streams=a.group_stream_max_streams,
+        max_credit_records=a.group_stream_max_credit_records,
+        max_credit_bytes=a.group_stream_max_credit_bytes,
+        fetch_buffer_bytes=a.group_stream_fetch_buffer_bytes,
+    )
+    try:
+        stream_limits.validate()
+    except HeadwaterError as exc:
+        ap.error(str(exc))
     try:
         overrides = parse_overrides(a.peer_override)
         static_configs = parse_static(a.config)
@@ -160,6 +199,7 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         static_configs=static_configs,
         security=security,
         limits=limits,
+        group_stream=stream_limits,
         advertised_host=a.advertised_host,
         advertised_port=a.advertised_port,
     )

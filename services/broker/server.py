@@ -70,7 +70,7 @@ from headwater.platform.producer_ids import ProducerIdAllocator
 from headwater.platform.runner import ProcessRunner
 from headwater.platform.security_flags import PLAINTEXT, ServerSecurity
 from headwater.platform.server import start_server
-from services.broker import metrics, servicer, stray_replicas
+from services.broker import group_stream, metrics, servicer, stray_replicas
 from services.broker.handlers.init_producer_id import ProducerIds
 from services.broker.metadata_cache import MetadataCache
 from services.broker.quotas import watcher as quota_watcher
@@ -120,6 +120,8 @@ class BrokerSettings:
     security: ServerSecurity = PLAINTEXT
     #: Request limits of every RPC (headwater/platform/limits.py).
     limits: RequestLimits = DEFAULT_LIMITS
+    #: Bounds of the group streams this broker serves (``--group-stream-*``).
+    group_stream: group_stream.StreamLimits = field(default_factory=group_stream.StreamLimits)
     #: Address registered for clients and peers when it differs from the bind address, e.g.
     #: a Kubernetes pod's stable DNS name (``--advertised-host``/``--advertised-port``);
     #: None: ``host`` and the bound port.
@@ -211,16 +213,33 @@ async def _start(settings: BrokerSettings, proc: ProcessRunner) -> dict[str, Any
     quotas = QuotaManager(settings.broker_id, static_window=static_window(settings.static_configs))
 
     auth = ServerAuth(settings.security)  # completed once etcd is connected (calls wait)
+    bound: list[int] = []  # the port, once bound: the group streams' agents bootstrap here
+
+    def self_address() -> str:
+        me = rm.metadata.broker(settings.broker_id)
+        if me is not None and me.port:
+            return f"{me.host}:{me.port}"
+        return f"{settings.advertised_host or settings.host}:{bound[0]}"
+
     running = await start_server(
         host=settings.host,
         port=settings.port,
-        register=[servicer.registrar(rm, producer_ids, quotas)],
+        register=[
+            servicer.registrar(rm, producer_ids, quotas),
+            group_stream.registrar(
+                metadata,
+                self_address,
+                settings.security.client_security(),
+                settings.group_stream,
+            ),
+        ],
         service="broker",
         metrics_port=settings.metrics_port,
         security=settings.security,
         auth=auth,
         limits=settings.limits,
     )
+    bound.append(running.port)
     proc.serving(running, grace=STOP_GRACE_S)
     client = await hetcd.Etcd.connect(settings.etcd, **settings.security.etcd_kwargs())
     await attach_service(auth, client)  # token key, ACLs, the internal identity

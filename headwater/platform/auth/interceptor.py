@@ -246,13 +246,39 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         async def stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             # the metrics interceptor leaves stream-stream calls alone: translate errors here
             try:
-                await self._admit(rule, None, context)
+                decide = await self._admit(rule, None, context)
+                if decide is not None and rule.first is not None:
+                    requests = await _check_first(rule.first, decide, requests)
                 async for item in inner(requests, context):
                     yield item
             except errors.HeadwaterError as exc:
                 await fail(context, exc)
 
         return stream
+
+
+async def _check_first(
+    needs: Callable[[Any], Any], decide: rules.Decide, requests: Any
+) -> AsyncIterator[Any]:
+    """Check the needs of a client stream's first message; the stream, that message again
+    first, for the handler."""
+    it = aiter(requests)
+    try:
+        first = await anext(it)
+    except StopAsyncIteration:
+        first = None
+    if first is not None:
+        for need in needs(first):
+            if not need.allowed(decide):
+                raise need.error()
+
+    async def again() -> AsyncIterator[Any]:
+        if first is not None:
+            yield first
+        async for item in it:
+            yield item
+
+    return again()
 
 
 def _split(inband: rules.Inband, decide: rules.Decide, request: Any) -> tuple[Any, list[Any]]:

@@ -104,6 +104,9 @@ class Rule:
     internal: bool = False
     #: the request is a stream (no request to inspect before the handler): needs get None
     streaming: bool = False
+    #: a client stream's needs read from its first message (the stream's opening, e.g. the
+    #: group stream's Open): checked before the handler sees that message
+    first: Callable[[Any], Iterable[Need]] | None = None
 
 
 def _n(rt: int, op: int, name: str, *alts: Check) -> Need:
@@ -154,6 +157,15 @@ def _config_needs(op: int, resources: Iterable[Any]) -> list[Need]:
     return out
 
 
+def _consume_open(r: Any) -> list[Need]:
+    """GroupStreamService.Consume: Read on the group and on each topic of the Open (what the
+    classic path needs for JoinGroup/OffsetCommit and Fetch); any other first message is the
+    handler's INVALID_REQUEST."""
+    if r.WhichOneof("request") != "open":
+        return []
+    return [_n(GROUP, READ, r.open.group_id), *_topics(READ, r.open.topics)]
+
+
 def _find_coordinator(r: Any) -> list[Need]:
     if r.key_type == 1:  # CoordinatorType.TRANSACTION
         return [_n(TXN, DESCRIBE, r.group_id)]
@@ -199,6 +211,7 @@ def _rules() -> dict[str, Rule]:
     commit_inband = Inband("partitions", "partitions", READ, coordinator_pb2.OffsetCommitResponse)
     return {
         "/headwater.v1.Authenticator/Authenticate": Rule(open=True, streaming=True),
+        "/headwater.v1.GroupStreamService/Consume": Rule(streaming=True, first=_consume_open),
         # --- broker
         b + "Produce": Rule(
             needs=_produce, inband=Inband("partitions", "partitions", WRITE, produce_resp)
