@@ -56,7 +56,7 @@ def install_client() -> None:
     check(mvn(JAVA_DIR, "-q", "-DskipTests", "install"), "mvn install (clients/java)")
 
 
-def test_classpath() -> str:
+def member_classpath() -> str:
     """The classpath of clients/java's compiled main and test classes and dependencies
     (test scope), for running a test-side program (e.g. GroupMember) as its own JVM."""
     out = JAVA_DIR / "target" / "test-classpath.txt"
