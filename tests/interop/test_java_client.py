@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from java_util import JAVA_DIR, check, mvn
+from java_util import EXAMPLE_DIR, JAVA_DIR, check, install_client, mvn
 
 from headwater.client import Consumer, TopicPartition, crc32c_partition
 from headwater.dev.cluster import LocalCluster
@@ -90,3 +90,18 @@ def test_java_client_against_a_cluster_and_python_reads_what_java_wrote(
         (r.key is None, r.value is None) for r in seen if r.key is None or r.value is None
     )
     assert nulls == [(False, True), (True, False)]
+
+
+def test_java_example_produces_and_consumes_as_a_group(java_cluster: LocalCluster) -> None:
+    """examples/java builds against the installed clients/java artifact and, run against the
+    cluster, produces ten greetings and reads them back as a group member."""
+    install_client()
+    out = check(
+        mvn(EXAMPLE_DIR, "-q", "compile", "exec:java", f"-Dexec.args={java_cluster.bootstrap}"),
+        "examples/java",
+    )
+    lines = out.splitlines()
+    assert "consumed 10" in lines, out[-3000:]
+    assert {line.split(" ", 1)[1] for line in lines if line.startswith("greetings-")} == {
+        f"hello {i}" for i in range(10)
+    }
