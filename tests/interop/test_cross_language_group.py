@@ -104,7 +104,8 @@ class JavaMember:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
         self.proc.wait(timeout=30)
-        self._file.close()
+        if not self._file.closed:
+            self._file.close()
 
 
 def _produce(binary: Path, bootstrap: str, n: int) -> subprocess.Popen[str]:
@@ -140,7 +141,6 @@ def test_go_produces_java_and_python_consume_as_one_group(
     finally:
         admin.close()
     tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    _produced(_produce(producer_bin, boot, 400), 400)
 
     python_seen: list[tuple[int, int]] = []
     java = JavaMember(classpath, boot, tmp_path / "java-1.out")
@@ -168,14 +168,22 @@ def test_go_produces_java_and_python_consume_as_one_group(
             step()
             mine = {tp.partition for tp in consumer.assignment()}
             theirs = java.assigned()
-            return (
-                bool(java.committed())
-                and 0 < len(mine) < PARTITIONS
-                and theirs == set(range(PARTITIONS)) - mine
-            )
+            return 0 < len(mine) < PARTITIONS and theirs == set(range(PARTITIONS)) - mine
 
-        wait_for(shared, timeout=WAIT_S, what="Java and Python splitting the partitions")
+        try:
+            wait_for(shared, timeout=WAIT_S, what="Java and Python splitting the partitions")
+        except AssertionError as exc:
+            state = (consumer.assignment(), len(python_seen), java.out.read_text()[-1500:])
+            raise AssertionError(f"{exc}: Python assigned, records, Java printed: {state}") from exc
         assert java.proc.poll() is None, java.out.read_text()[-2000:]
+        # Go produces while both consume; the Java member reads and commits some of it
+        first = _produce(producer_bin, boot, 400)
+
+        def java_committed() -> bool:
+            step()
+            return bool(java.committed())
+
+        wait_for(java_committed, timeout=WAIT_S, what="the Java member committing")
 
         # SIGKILL the Java member partway; the group's commits are what it acknowledged
         java_owned = java.assigned()
@@ -185,6 +193,7 @@ def test_go_produces_java_and_python_consume_as_one_group(
         for p, offset in java.committed().items():
             assert (committed[p] or 0) >= offset, (p, committed, java.committed())
         took_over = len(python_seen)
+        _produced(first, 400)  # the Go producer may still have been sending at the kill
         second = _produce(producer_bin, boot, 400)  # more records while Python takes over
 
         def python_owns_all() -> bool:
@@ -210,6 +219,7 @@ def test_go_produces_java_and_python_consume_as_one_group(
         assert {tp.partition: off for tp, off in final.items()} == ends
     finally:
         consumer.close()
+        java.kill(signal.SIGKILL)  # no-op when already killed
 
     # the restarted Java member (same member id) resumes exactly at the committed offsets
     third = _produce(producer_bin, boot, 200)

@@ -33,10 +33,12 @@ public final class GroupMember {
     try (HeadwaterClient client = HeadwaterClient.connect(bootstrap);
         GroupConsumer consumer = client.newGroupConsumer(config)) {
       int generation = -2;
+      java.util.Set<TopicPartition> assigned = null;
       while (true) {
         List<ConsumerRecord> records = consumer.poll(Duration.ofMillis(200));
-        if (consumer.generation() != generation) {
+        if (consumer.generation() != generation || !consumer.assignment().equals(assigned)) {
           generation = consumer.generation();
+          assigned = consumer.assignment();
           StringBuilder parts = new StringBuilder();
           consumer.assignment().stream()
               .map(TopicPartition::partition)
