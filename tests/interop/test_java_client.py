@@ -104,6 +104,5 @@ def test_java_example_produces_and_consumes_as_a_group(java_cluster: LocalCluste
     )
     lines = out.splitlines()
     assert "consumed 10" in lines, out[-3000:]
-    assert {line.split(" ", 1)[1] for line in lines if line.startswith("greetings-")} == {
-        f"hello {i}" for i in range(10)
-    }
+    values = {line.split(" ", 1)[1] for line in lines if line.startswith("greetings-")}
+    assert values == {f"hello {i}" for i in range(10)}, out[-3000:]
