@@ -35,7 +35,16 @@ def mvn(
     run_env = dict(env if env is not None else os.environ)
     run_env.setdefault("MAVEN_OPTS", "-Xmx512m -XX:TieredStopAtLevel=1")
     return subprocess.run(
-        ["nice", "-n", "10", exe, "-B", f"-Dmaven.repo.local={maven_repo()}", *args],
+        [
+            "nice",
+            "-n",
+            "10",
+            exe,
+            "-B",
+            "-Dstyle.color=never",
+            f"-Dmaven.repo.local={maven_repo()}",
+            *args,
+        ],
         cwd=cwd,
         env=run_env,
         capture_output=True,

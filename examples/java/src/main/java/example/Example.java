@@ -9,7 +9,9 @@ import headwater.v1.Errors.ErrorCode;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
 
 /** Produce ten greetings, then read them back as a member of a consumer group. */
 public final class Example {
@@ -33,17 +35,17 @@ public final class Example {
 
       var config = GroupConsumer.Config.of("greeters", "greetings").withMemberId("example-1");
       try (GroupConsumer consumer = client.newGroupConsumer(config)) {
-        int seen = 0;
+        Set<String> seen = new HashSet<>(); // at-least-once: a rebalance may deliver again
         long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
-        while (seen < 10 && System.nanoTime() < deadline) {
+        while (seen.size() < 10 && System.nanoTime() < deadline) {
           for (ConsumerRecord r : consumer.poll(Duration.ofMillis(500))) {
             String value = new String(r.value(), StandardCharsets.UTF_8);
             System.out.printf("%s-%d@%d %s%n", r.topic(), r.partition(), r.offset(), value);
-            seen++;
+            seen.add(r.partition() + "@" + r.offset());
           }
           consumer.commitSync(); // the group resumes after what was processed
         }
-        System.out.println("consumed " + seen);
+        System.out.println("consumed " + seen.size());
       }
     }
   }
