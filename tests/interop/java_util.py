@@ -9,6 +9,7 @@ protoc-gen-grpc-java for the build, JUnit): ``$HEADWATER_MAVEN_REPO``, else Mave
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,9 +55,10 @@ def mvn(
 
 
 def check(proc: subprocess.CompletedProcess[str], what: str) -> str:
-    """Assert a Maven run passed; its output."""
+    """Assert a Maven run passed; its output, without the terminal escapes Maven's console
+    library writes even in batch mode."""
     assert proc.returncode == 0, f"{what} failed:\n{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
+    return re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
 
 
 def install_client() -> None:
