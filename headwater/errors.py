@@ -481,7 +481,8 @@ class ThrottlingQuotaExceededError(HeadwaterError):
     """A topic mutation refused by the controller mutation rate (``controller_mutation_rate``,
     docs/quotas.md): nothing was created or deleted. Not retriable by default, as in Kafka's
     admin client: the response's ``throttle_time_ms`` says when the same request would be
-    admitted, and the caller decides whether to wait and send it again."""
+    admitted, and the caller decides whether to wait and send it again. Also a group stream
+    refused by a broker serving ``--group-stream-max-streams`` streams already."""
 
     code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
     grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED

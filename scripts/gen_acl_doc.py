@@ -105,6 +105,7 @@ def _request_class(method: str) -> Any:
         broker_pb2,
         controller_pb2,
         coordinator_pb2,
+        group_stream_pb2,
         security_pb2,
         transaction_pb2,
     )
@@ -113,6 +114,18 @@ def _request_class(method: str) -> Any:
     pool = symbol_database.Default().pool
     desc = pool.FindServiceByName(service).FindMethodByName(name)
     return symbol_database.Default().GetSymbol(desc.input_type.full_name)
+
+
+def _first_messages(request_cls: Any) -> list[Any]:
+    """One request per message field (a stream's oneof of message kinds), that field filled."""
+    out = []
+    for f in request_cls.DESCRIPTOR.fields:
+        if f.type == FieldDescriptor.TYPE_MESSAGE and not f.is_repeated:
+            m = request_cls()
+            getattr(m, f.name).SetInParent()
+            _fill(getattr(m, f.name))
+            out.append(m)
+    return out
 
 
 def _check(c: tuple[int, int, str]) -> str:
@@ -130,6 +143,11 @@ def _needs(method: str, rule: Rule) -> str:
     for req in samples:
         for need in rule.needs(req):
             found[" or ".join(_check(c) for c in (need.check, *need.alternatives))] = None
+    if rule.first is not None:  # a client stream: each kind of first message, filled
+        for req in _first_messages(_request_class(method)):
+            for need in rule.first(req):
+                check = " or ".join(_check(c) for c in (need.check, *need.alternatives))
+                found[f"{check} (of its first message)"] = None
     text = "; ".join(found) or "-"
     # internal RPCs: closed to all but the cluster's identity, authorizer on or off
     return f"**internal**; {text}" if rule.internal else text

@@ -547,7 +547,9 @@ class GroupMember:
         """Leave the group (dynamic members only, and static ones too with ``static``: the
         LeaveGroup names the instance id); the owned partitions become lost."""
         self.stable = False
-        if (static or not self.cfg.group_instance_id) and self.member_id:
+        instance = self.cfg.group_instance_id
+        # a static member is named by its instance id even before its JoinGroup answered
+        if (static and instance) or (not instance and self.member_id):
             req = cpb.LeaveGroupRequest(
                 group_id=self.cfg.group_id,
                 members=[
@@ -583,5 +585,6 @@ class GroupMember:
             self.hb_task.cancel()
             with contextlib.suppress(BaseException):
                 await self.hb_task
-        if (leave_static or not self.cfg.group_instance_id) and self.member_id:
+        instance = self.cfg.group_instance_id
+        if (leave_static and instance) or (not instance and self.member_id):
             await self._leave("the consumer is being closed", static=leave_static)

@@ -405,7 +405,10 @@ class _StreamGate:
 
     def __init__(self, m: _Method, raws: AsyncIterator[bytes]) -> None:
         self._m = m
-        self._raws = aiter(raws)
+        self._source = raws
+        # gRPC's receiver generator is made on first use: a handler that refuses the call
+        # before reading leaves no never-iterated generator behind (a warning when collected)
+        self._raws: AsyncIterator[bytes] | None = None
         self.refused: Exception | None = None
 
     def __aiter__(self) -> _StreamGate:
@@ -414,6 +417,8 @@ class _StreamGate:
     async def __anext__(self) -> Any:
         if self.refused is not None:
             raise self.refused
+        if self._raws is None:
+            self._raws = aiter(self._source)
         raw = await anext(self._raws)
         try:
             return await self._m.admit_async(raw)

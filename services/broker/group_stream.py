@@ -452,9 +452,18 @@ class GroupStream:
         )
 
     async def _poll(self) -> list[FetchedBatch]:
-        fetched = await self.consumer.poll_batches(
-            timeout_ms=POLL_MS, max_records=self.credit.max_records()
-        )
+        """One poll of the member (joins, rebalances, fetches); retriable failures (a leader
+        or coordinator moving) are retried by the next poll, the others end the stream."""
+        try:
+            fetched = await self.consumer.poll_batches(
+                timeout_ms=POLL_MS, max_records=self.credit.max_records()
+            )
+        except errors.HeadwaterError as exc:
+            if not exc.retriable:
+                raise
+            log.debug("group stream %s: poll: %s; retrying", self.member_id, exc)
+            await asyncio.sleep(POLL_MS / 1000)
+            return []
         if self.batches:  # whole batches only: a batch cut by the record credit waits
             kept: list[FetchedBatch] = []
             cut: set[TopicPartition] = set()

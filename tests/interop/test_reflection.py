@@ -23,7 +23,9 @@ def test_reflection_lists_and_describes_the_broker(
 ) -> None:
     db = ProtoReflectionDescriptorDatabase(broker_channel)
     services = set(db.get_services())
-    assert {"headwater.v1.Broker", "grpc.health.v1.Health"} <= services
+    assert {"headwater.v1.Broker", "headwater.v1.GroupStreamService", "grpc.health.v1.Health"} <= (
+        services
+    )
 
     pool = descriptor_pool.DescriptorPool(db)
     broker = pool.FindServiceByName("headwater.v1.Broker")
@@ -68,7 +70,7 @@ def test_health_reports_serving_on_broker_and_controller(
     def serving(channel: grpc.Channel, service: str) -> bool:
         return _health(channel, service) == health_pb2.HealthCheckResponse.SERVING
 
-    for service in ("", "headwater.v1.Broker"):
+    for service in ("", "headwater.v1.Broker", "headwater.v1.GroupStreamService"):
         assert wait_for(
             f"broker health {service!r}", functools.partial(serving, broker_channel, service)
         )

@@ -10,6 +10,7 @@ from headwater.v1 import (
     broker_pb2,
     controller_pb2,
     coordinator_pb2,
+    group_stream_pb2,
     security_pb2,
     transaction_pb2,
 )
@@ -68,7 +69,14 @@ def test_deny_wins_super_users_and_no_acl_found() -> None:
 def test_every_rpc_of_every_service_has_a_rule() -> None:
     methods = [
         f"/{svc.full_name}/{m.name}"
-        for mod in (broker_pb2, controller_pb2, coordinator_pb2, transaction_pb2, security_pb2)
+        for mod in (
+            broker_pb2,
+            controller_pb2,
+            coordinator_pb2,
+            group_stream_pb2,
+            transaction_pb2,
+            security_pb2,
+        )
         for svc in mod.DESCRIPTOR.services_by_name.values()
         for m in svc.methods
     ]

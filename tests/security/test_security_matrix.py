@@ -35,6 +35,8 @@ from headwater.v1 import (
     broker_pb2,
     controller_pb2,
     coordinator_pb2,
+    group_stream_pb2,
+    group_stream_pb2_grpc,
     transaction_pb2,
 )
 from headwater.v1.errors_pb2 import ErrorCode
@@ -57,6 +59,7 @@ SERVICES = {
     "headwater.v1.Controller": controller_pb2,
     "headwater.v1.GroupCoordinator": coordinator_pb2,
     "headwater.v1.TransactionCoordinator": transaction_pb2,
+    "headwater.v1.GroupStreamService": group_stream_pb2,
 }
 
 
@@ -93,6 +96,8 @@ def _fill(msg: Any, depth: int = 0) -> Any:
     check (an empty request could pass authorization vacuously)."""
     for f in msg.DESCRIPTOR.fields:
         name = f.name
+        if f.containing_oneof is not None and msg.WhichOneof(f.containing_oneof.name):
+            continue  # a oneof (the group stream's request kinds): its first member only
         if f.message_type is not None:
             if f.message_type.GetOptions().map_entry:
                 continue
@@ -101,6 +106,7 @@ def _fill(msg: Any, depth: int = 0) -> Any:
             if f.is_repeated:
                 _fill(getattr(msg, name).add(), depth + 1)
             else:
+                getattr(msg, name).SetInParent()
                 _fill(getattr(msg, name), depth + 1)
         elif f.type == f.TYPE_STRING:
             value = FILL.get(name, TOPIC)
@@ -310,3 +316,51 @@ def _md(token: str) -> tuple[tuple[str, str], ...]:
 
 async def _eq(aw: Any, value: int) -> bool:
     return bool(await aw == value)
+
+
+def test_group_stream_needs_read_on_group_and_topics(cluster: LocalCluster) -> None:
+    """GroupStreamService.Consume checks the Open as the classic path does: Read on the
+    group and on each topic, for the stream's authenticated principal (the broker's agent
+    then calls the coordinator as the cluster itself)."""
+    asyncio.run(_stream_acls(cluster))
+
+
+async def _stream_acls(c: LocalCluster) -> None:
+    broker = c.brokers[1].address
+    topic, group = "gs-acl", "g-gs-acl"
+    async with AsyncAdminClient(c.bootstrap_servers, security=c.admin_security()) as admin:
+        await admin.alter_user_scram_credentials([("carol", "SCRAM-SHA-512", "carol-pw")])
+        with contextlib.suppress(errors.TopicAlreadyExistsError):
+            await admin.create_topics([NewTopic(topic)])
+        carol = await _token(broker, "carol", "carol-pw", "SCRAM-SHA-512")
+        gs = group_stream_pb2
+        first = gs.ConsumeRequest(
+            open=gs.ConsumeOpen(group_id=group, topics=[topic], session_timeout_ms=6000)
+        )
+
+        async def first_answer() -> int | str:
+            """The error code ending the stream, or the kind of its first response."""
+            async with grpc.aio.insecure_channel(broker) as ch:
+                call = group_stream_pb2_grpc.GroupStreamServiceStub(ch).Consume(
+                    metadata=_md(carol), timeout=30
+                )
+                try:
+                    await call.write(first)
+                    resp = await call.read()
+                except grpc.RpcError as exc:
+                    return errors.from_rpc_error(exc).code
+                finally:
+                    call.cancel()
+                return "eof" if resp is grpc.aio.EOF else resp.WhichOneof("response")
+
+        assert await first_answer() == ErrorCode.GROUP_AUTHORIZATION_FAILED  # no ACL at all
+        await admin.create_acls([Acl("group", group, "User:carol", "read")])
+        await async_wait_for(
+            lambda: _eq(first_answer(), ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+            timeout=15,
+            what="group Read alone: the topic is refused",
+        )
+        await admin.create_acls([Acl("topic", topic, "User:carol", "read")])
+        await async_wait_for(
+            lambda: _eq(first_answer(), "assignment"), timeout=30, what="an Assignment"
+        )
