@@ -25,8 +25,17 @@ final class Cluster {
     c.createTopics(List.of(HeadwaterClient.NewTopic.of(name, partitions)));
     long deadline = System.nanoTime() + DEADLINE.toNanos();
     while (true) {
-      HeadwaterClient.TopicDescription d = c.describeTopics(name).get(0);
-      if (d.partitions().size() == partitions
+      HeadwaterClient.TopicDescription d = null;
+      try {
+        d = c.describeTopics(name).get(0);
+      } catch (HeadwaterException e) {
+        // the brokers' metadata learns of a new topic shortly after the controller
+        if (e.code() != headwater.v1.Errors.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) {
+          throw e;
+        }
+      }
+      if (d != null
+          && d.partitions().size() == partitions
           && d.partitions().stream().allMatch(p -> p.leader() >= 0)) {
         return d;
       }

@@ -125,9 +125,13 @@ class GroupConsumerTest {
               assertTrue(REBALANCING.contains(e.code()), e.toString());
             }
           }
-          Set<TopicPartition> both = new HashSet<>(one.assignment());
-          both.retainAll(two.assignment());
-          assertTrue(both.isEmpty(), "a partition assigned to both: " + both);
+          // within one generation no partition is assigned twice (a member's view of an older
+          // generation may lag until it reads the revocation)
+          if (one.generation() == two.generation()) {
+            Set<TopicPartition> both = new HashSet<>(one.assignment());
+            both.retainAll(two.assignment());
+            assertTrue(both.isEmpty(), "a partition assigned to both: " + both);
+          }
           split =
               one.assignment().size() == 2
                   && two.assignment().size() == 2
