@@ -7,7 +7,8 @@ seen at least once across the members (at-least-once: none missing).
 
 The Go producer is clients/go/cmd/headwater-produce; the Java member is GroupMember in
 clients/java's test sources, run as its own JVM (tests/interop/java_util.py builds its
-classpath with Maven, warm: ~20 s). Waits are bounded (wait_for).
+classpath with Maven). Waits are bounded (wait_for). The whole test took 31 s with warm Maven
+and Go caches (two cores under load).
 """
 
 from __future__ import annotations

@@ -239,6 +239,7 @@ public final class GroupConsumer implements AutoCloseable {
     long deadline = System.nanoTime() + timeout.toNanos();
     List<ConsumerRecord> out = new ArrayList<>();
     long bytes = 0;
+    int dropped = 0;
     while (true) {
       keepAliveIfDue();
       long left = deadline - System.nanoTime();
@@ -275,7 +276,12 @@ public final class GroupConsumer implements AutoCloseable {
         GroupStream.ConsumeRecords recs = response.getRecords();
         TopicPartition tp = new TopicPartition(recs.getTopic(), recs.getPartition());
         if (!assignment.contains(tp)) {
-          continue; // sent before a revocation this member has already seen
+          // sent before a revocation this member has already seen: dropped, its credit returned
+          for (headwater.v1.BrokerOuterClass.Record r : recs.getRecordsList()) {
+            dropped++;
+            bytes += r.getKey().size() + r.getValue().size();
+          }
+          continue;
         }
         for (headwater.v1.BrokerOuterClass.Record r : recs.getRecordsList()) {
           out.add(ConsumerRecord.of(recs.getTopic(), recs.getPartition(), r));
@@ -288,12 +294,13 @@ public final class GroupConsumer implements AutoCloseable {
         positions.merge(tp, next, Math::max);
       }
     }
-    if (!out.isEmpty() && !ended) {
-      send(
-          GroupStream.ConsumeRequest.newBuilder()
-              .setCredit(
-                  GroupStream.ConsumeCredit.newBuilder().setRecords(out.size()).setBytes(bytes))
-              .build());
+    if (out.size() + dropped > 0 && !ended) {
+      GroupStream.ConsumeCredit credit =
+          GroupStream.ConsumeCredit.newBuilder()
+              .setRecords(out.size() + dropped)
+              .setBytes(bytes)
+              .build();
+      send(GroupStream.ConsumeRequest.newBuilder().setCredit(credit).build());
     }
     return out;
   }
