@@ -70,11 +70,12 @@ from headwater import errors, timeouts
 from headwater.client.consumer import AsyncConsumer
 from headwater.client.fetched import FetchedBatch, offset_at
 from headwater.client.security import ClientSecurity
-from headwater.client.types import ConsumerRecord, TopicPartition
+from headwater.client.types import TopicPartition
 from headwater.platform.auth.interceptor import fail
 from headwater.v1 import broker_pb2, group_stream_pb2_grpc
 from headwater.v1 import group_stream_pb2 as gs
 from headwater.v1.errors_pb2 import ErrorCode
+from services.broker.handlers.fetch_records import to_proto_record
 from services.broker.metadata_cache import MetadataCache
 
 log = logging.getLogger(__name__)
@@ -218,19 +219,6 @@ class Credit:
 
 def _record_size(key: bytes | None, value: bytes | None) -> int:
     return len(key or b"") + len(value or b"")
-
-
-def _to_record(r: ConsumerRecord) -> broker_pb2.Record:
-    rec = broker_pb2.Record(offset=r.offset, timestamp=r.timestamp)
-    if r.key is not None:
-        rec.key = r.key
-    if r.value is not None:
-        rec.value = r.value
-    for hk, hv in r.headers:
-        h = rec.headers.add(key=hk)
-        if hv is not None:
-            h.value = hv
-    return rec
 
 
 class _Closed(Exception):
@@ -438,7 +426,7 @@ class GroupStream:
             if not self.credit.allows(1, size):
                 break
             self.credit.take(1, size)
-            out.append(_to_record(r))
+            out.append(to_proto_record(r.offset, r.timestamp, r.key, r.value, r.headers))
         if not out:
             return None
         whole = len(out) == len(fb)

@@ -127,36 +127,9 @@ class InCluster:
     def job(self, name: str, args: list[str]) -> dict[str, Any]:
         """A Job running records_job.py ARGS in the services image (no retry: a second attempt
         would produce twice)."""
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": name, "namespace": NS, "labels": labels()},
-            "spec": {
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": JOB_TIMEOUT_S,
-                "template": {
-                    "metadata": {"labels": labels()},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "securityContext": POD_SECURITY,
-                        "containers": [
-                            {
-                                "name": "records",
-                                "image": self.image,
-                                "imagePullPolicy": "Never",
-                                "command": ["python", "/job/records_job.py", *args],
-                                "resources": RESOURCES,
-                                "securityContext": CONTAINER_SECURITY,
-                                "volumeMounts": [
-                                    {"name": "job", "mountPath": "/job", "readOnly": True}
-                                ],
-                            }
-                        ],
-                        "volumes": [{"name": "job", "configMap": {"name": CONFIGMAP}}],
-                    },
-                },
-            },
-        }
+        return job_manifest(
+            name, self.image, "records", ["python", "/job/records_job.py", *args], RESOURCES
+        )
 
     def run_job(self, name: str, args: list[str]) -> dict[str, Any]:
         """Create the Job, wait (bounded) until it completes and return the report its pod left
@@ -250,3 +223,49 @@ def cluster(k8s_node: Node) -> Iterator[InCluster]:
 
 def unique_name(what: str) -> str:
     return f"{PREFIX}{what}-{uuid.uuid4().hex[:6]}"
+
+
+def job_manifest(
+    name: str,
+    image: str,
+    container: str,
+    command: list[str],
+    resources: dict[str, Any],
+    scratch: str | None = None,
+) -> dict[str, Any]:
+    """A labelled Job of one container running COMMAND in IMAGE, never retried (a second
+    attempt would produce twice), with the ConfigMap CONFIGMAP (the job programs) at /job and,
+    when SCRATCH is a size, an emptyDir of that size at /tmp."""
+    mounts: list[dict[str, Any]] = [{"name": "job", "mountPath": "/job", "readOnly": True}]
+    volumes: list[dict[str, Any]] = [{"name": "job", "configMap": {"name": CONFIGMAP}}]
+    if scratch is not None:
+        mounts.append({"name": "tmp", "mountPath": "/tmp"})
+        volumes.append({"name": "tmp", "emptyDir": {"sizeLimit": scratch}})
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS, "labels": labels()},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": JOB_TIMEOUT_S,
+            "template": {
+                "metadata": {"labels": labels()},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": POD_SECURITY,
+                    "containers": [
+                        {
+                            "name": container,
+                            "image": image,
+                            "imagePullPolicy": "Never",
+                            "command": command,
+                            "resources": resources,
+                            "securityContext": CONTAINER_SECURITY,
+                            "volumeMounts": mounts,
+                        }
+                    ],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }

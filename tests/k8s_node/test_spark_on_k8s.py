@@ -39,12 +39,10 @@ import pytest
 from tests.k8s_node.in_cluster import (
     BOOTSTRAP,
     CONFIGMAP,
-    CONTAINER_SECURITY,
     JOB_SCRIPT,
-    JOB_TIMEOUT_S,
     NS,
-    POD_SECURITY,
     InCluster,
+    job_manifest,
     labels,
     unique_name,
 )
@@ -86,41 +84,10 @@ def spark_image(node: Node) -> str:
 
 
 def spark_job(name: str, image: str, args: list[str]) -> dict[str, Any]:
-    """A Job running spark_job.py ARGS in the Spark image (no retry)."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": NS, "labels": labels()},
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": JOB_TIMEOUT_S,
-            "template": {
-                "metadata": {"labels": labels()},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "securityContext": POD_SECURITY,
-                    "containers": [
-                        {
-                            "name": "spark",
-                            "image": image,
-                            "imagePullPolicy": "Never",
-                            "command": ["python3", "/job/spark_job.py", *args],
-                            "resources": SPARK_RESOURCES,
-                            "securityContext": CONTAINER_SECURITY,
-                            "volumeMounts": [
-                                {"name": "job", "mountPath": "/job", "readOnly": True},
-                                {"name": "tmp", "mountPath": "/tmp"},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {"name": "job", "configMap": {"name": CONFIGMAP}},
-                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
-                    ],
-                },
-            },
-        },
-    }
+    """A Job running spark_job.py ARGS in the Spark image (no retry), /tmp a 1 GiB scratch."""
+    return job_manifest(
+        name, image, "spark", ["python3", "/job/spark_job.py", *args], SPARK_RESOURCES, "1Gi"
+    )
 
 
 def test_a_spark_job_in_a_pod_reads_a_topic_through_the_bootstrap_service_and_writes_counts(

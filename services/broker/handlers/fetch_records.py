@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 from headwater.batch import decode_batches
 from headwater.batch.control import parse_control_batch
@@ -54,17 +54,29 @@ def decode(
         for r in batch.records():
             if r.offset < start:
                 continue
-            rec = broker_pb2.Record(offset=r.offset, timestamp=r.timestamp)
-            if r.key is not None:
-                rec.key = r.key
-            if r.value is not None:
-                rec.value = r.value
-            for hk, hv in r.headers:
-                h = rec.headers.add(key=hk)
-                if hv is not None:
-                    h.value = hv
-            out.append(rec)
+            out.append(to_proto_record(r.offset, r.timestamp, r.key, r.value, r.headers))
     return out
+
+
+def to_proto_record(
+    offset: int,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]],
+) -> broker_pb2.Record:
+    """One record as the protobuf Record of the plain-records path (FetchRecords and the group
+    stream): a None key or value stays unset (null), a header's None value too."""
+    rec = broker_pb2.Record(offset=offset, timestamp=timestamp)
+    if key is not None:
+        rec.key = key
+    if value is not None:
+        rec.value = value
+    for hk, hv in headers:
+        h = rec.headers.add(key=hk)
+        if hv is not None:
+            h.value = hv
+    return rec
 
 
 async def handle(
