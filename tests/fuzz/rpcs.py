@@ -42,6 +42,7 @@ from headwater.v1 import (
     broker_pb2,
     controller_pb2,
     coordinator_pb2,
+    group_stream_pb2,
     security_pb2,
     transaction_pb2,
 )
@@ -59,6 +60,10 @@ SERVICES: dict[str, tuple[ServiceDescriptor, tuple[str, ...]]] = {
         transaction_pb2.DESCRIPTOR.services_by_name["TransactionCoordinator"],
         ("coordinator",),
     ),
+    "GroupStreamService": (
+        group_stream_pb2.DESCRIPTOR.services_by_name["GroupStreamService"],
+        ("broker",),
+    ),
     # served by whichever processes register it; UNIMPLEMENTED elsewhere is acceptable
     "Authenticator": (
         security_pb2.DESCRIPTOR.services_by_name["Authenticator"],
@@ -66,10 +71,11 @@ SERVICES: dict[str, tuple[ServiceDescriptor, tuple[str, ...]]] = {
     ),
 }
 
-#: RPCs that wait for data or for other group members by design (long polls).
+#: RPCs that wait for data or for other group members by design (long polls; the group
+#: stream waits for its assignment and then for records).
 LONG_POLL = frozenset(
     {"Broker.Fetch", "Broker.FetchRecords", "Broker.ReplicaFetch", "GroupCoordinator.JoinGroup",
-     "GroupCoordinator.SyncGroup"}
+     "GroupCoordinator.SyncGroup", "GroupStreamService.Consume"}
 )  # fmt: skip
 
 #: Control-plane RPCs that can change cluster state (assignments, epochs, topics, groups):
