@@ -26,6 +26,7 @@ clients and users — see :mod:`headwater.client.admin_configs`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -174,6 +175,8 @@ class AsyncAdminClient(
             self._pool, self._bootstrap, request_timeout_ms=request_timeout_ms
         )
         self._controller: str | None = self._explicit
+        #: the last controller lookup found no controller named (bootstrap addresses tried)
+        self._guessing = False
 
     async def __aenter__(self) -> AsyncAdminClient:
         return self
@@ -188,6 +191,10 @@ class AsyncAdminClient(
     # ------------------------------------------------------------ controller calls
 
     async def _controller_address(self, rediscover: bool = False) -> list[str]:
+        """Where to send a controller call: the known controller, else the one the metadata
+        names, else (no controller named yet) the explicit or bootstrap addresses, with
+        ``self._guessing`` set."""
+        self._guessing = False
         if self._controller and not rediscover:
             return [self._controller]
         try:
@@ -197,11 +204,22 @@ class AsyncAdminClient(
         if view.controller_address:
             self._controller = view.controller_address
             return [view.controller_address]
+        self._guessing = not self._explicit
         return [self._explicit] if self._explicit else list(self._bootstrap)
 
     async def _call(self, method: str, request: Any) -> Any:
+        """Send ``method`` to the controller. An endpoint that is not a controller
+        (UNSUPPORTED_VERSION) or not reachable makes it try the next; NOT_CONTROLLER makes it
+        ask the metadata again. While the metadata names no controller yet (a broker answers
+        Metadata before its first UpdateMetadata, e.g. just after it joined), and only then,
+        it asks again with backoff until the request timeout, as Kafka's admin client waits
+        for a controller, instead of failing at once on the bootstrap brokers."""
         last: errors.HeadwaterError | None = None
-        for attempt in range(2):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        backoff = 0.05
+        attempt = 0
+        while True:
             for address in await self._controller_address(rediscover=attempt > 0):
                 stub = self._pool.controller(address)
                 try:
@@ -215,6 +233,13 @@ class AsyncAdminClient(
                     raise last from None
                 self._controller = address
                 return resp
+            attempt += 1
+            if attempt < 2:
+                continue
+            if not self._guessing or loop.time() + backoff > deadline:
+                break
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
         raise last or errors.NetworkError("no controller reachable")
 
     async def create_topics(
