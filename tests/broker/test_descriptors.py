@@ -72,6 +72,14 @@ def test_new_partitions_past_the_limit_are_refused_and_hosted_ones_still_applied
     asyncio.run(scenario())
 
 
+@pytest.mark.fast
+def test_the_reserve_is_a_quarter_of_a_small_limit_so_a_1024_limit_still_hosts_partitions() -> None:
+    small = DescriptorBudget(1024, count=lambda: 40)
+    assert small.reserve == 256
+    assert small.room() == (1024 - 256 - 40) // FILES_PER_PARTITION
+    assert DescriptorBudget(20_000, count=lambda: 40).reserve == 1024
+
+
 def test_the_soft_limit_is_raised_to_the_hard_one() -> None:
     """In a child started with a lower soft limit (as a service manager may start the
     broker): raised to the hard one."""
