@@ -406,15 +406,15 @@ class GroupStream:
     def _batch(self, fb: FetchedBatch) -> gs.ConsumeRecords | None:
         h = fb.batch.header
         whole_rest = h.record_count - fb.start  # the raw batch carries all of them
-        raw = bytes(fb.batch.raw)
-        if not self.credit.allows(whole_rest, len(raw)):
+        size = len(fb.batch.raw)
+        if not self.credit.allows(whole_rest, size):
             return None
-        self.credit.take(whole_rest, len(raw))
+        self.credit.take(whole_rest, size)
         return gs.ConsumeRecords(
             topic=fb.tp.topic,
             partition=fb.tp.partition,
             generation_id=self.sent_generation,
-            batches=raw,
+            batches=bytes(fb.batch.raw),  # copied only once it is sent
             high_watermark=self.consumer.highwater(fb.tp),
             next_offset=h.next_offset,
         )

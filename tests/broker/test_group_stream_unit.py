@@ -122,6 +122,6 @@ def test_streams_beyond_the_broker_limit_are_refused() -> None:
 
 
 async def _nothing() -> AsyncIterator[gs.ConsumeRequest]:
-    """A client that opens the stream and sends nothing."""
-    await asyncio.sleep(60)
+    """A client that opens the stream and sends nothing (held open until the call ends)."""
+    await asyncio.Event().wait()
     yield gs.ConsumeRequest()

@@ -595,7 +595,7 @@ def test_bad_input_gets_a_typed_error(
             yield first
             if then is not None:
                 yield then
-            await asyncio.sleep(60)  # the server ends the stream first
+            await asyncio.Event().wait()  # held open: the server ends the stream first
 
         got: errors.HeadwaterError | None = None
         try:
