@@ -37,7 +37,7 @@ from headwater.client.admin import AsyncAdminClient
 from headwater.client.consumer import AsyncConsumer
 from headwater.client.errors import BufferExhaustedError
 from headwater.client.producer import AsyncProducer
-from headwater.client.sync import Producer
+from headwater.client.sync import Consumer, Producer
 from headwater.client.types import TopicPartition
 from headwater.errors import TopicAlreadyExistsError
 
@@ -80,7 +80,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     pc = bsub.add_parser("consume", help="consumer throughput (records decoded)")
     pc.add_argument("--topic", required=True)
     pc.add_argument("--num-records", type=int, default=1_000_000)
-    pc.add_argument("--decode", choices=["values", "arrow", "none"], default="values")
+    pc.add_argument(
+        "--decode",
+        choices=["values", "arrow", "none", "records"],
+        default="values",
+        help="values/arrow/none: the asyncio consumer's poll_batches; records: the blocking "
+        "Consumer's poll() iterated record by record (each record's value read)",
+    )
     pc.add_argument("--fetch-bytes", type=int, default=4 * 1024 * 1024)
     pc.add_argument("--timeout-ms", type=int, default=10_000)
     pc.add_argument("--max-seconds", type=float, default=0, help="stop after this long (0: no)")
@@ -291,10 +297,54 @@ async def produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _consume_records(args: argparse.Namespace) -> dict[str, float]:
+    """``--decode records``: the blocking facade's ``poll()``, iterated per record."""
+    from headwater.client.metadata import Metadata
+
+    with Consumer(
+        common.bootstrap(args),
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=args.fetch_bytes,
+        max_buffer_bytes=4 * args.fetch_bytes,
+        client_id="headwater-bench",
+    ) as c:
+        inner = c._c
+        inner._ensure_started()
+        md: Metadata | None = inner._metadata
+        assert md is not None
+        info = c._lt.run(md.wait_for_topic(args.topic, 10.0))
+        c.assign([TopicPartition(args.topic, p) for p in sorted(info.partitions)])
+        c.seek_to_beginning()
+        gc.freeze()
+        count = nbytes = 0
+        start = time.perf_counter()
+        deadline = math.inf if args.max_seconds <= 0 else start + args.max_seconds
+        poll = c.poll
+        while count < args.num_records and time.perf_counter() < deadline:
+            records = poll(args.timeout_ms)  # max_records: its default, 500
+            if not records:
+                break
+            for rec in records:
+                v = rec.value
+                nbytes += len(v) if v is not None else 0
+                count += 1
+        elapsed = time.perf_counter() - start
+    return {
+        "records": count,
+        "seconds": round(elapsed, 3),
+        "records_per_sec": count / elapsed if elapsed else 0.0,
+        "mb_per_sec": nbytes / elapsed / 1e6 if elapsed else 0.0,
+    }
+
+
 async def consume(args: argparse.Namespace) -> int:
     from headwater.client.consumer import FetchedBatch  # noqa: F401  (documented type)
     from headwater.client.metadata import Metadata
 
+    if args.decode == "records":
+        res = _consume_records(args)
+        _report(args, res)
+        return 0 if res["records"] >= args.num_records or args.max_seconds > 0 else 1
     boot = common.bootstrap(args)
     c = AsyncConsumer(
         boot,

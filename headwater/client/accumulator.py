@@ -234,20 +234,26 @@ class Accumulator(BufferMemory):
         (:meth:`reserve_blocking`); on the loop (which cannot wait here)
         :class:`BufferExhaustedError` is raised at once.
         """
+        # The per-record hot path of every blocking send(): attribute reads are kept to
+        # what the common case (an open batch with room, no key/headers/callback) needs.
         with self.lock:
             if self.closed is not None:
                 raise self.closed
-            if self._mem_waiters or self.used + nbytes > self.buffer_memory:
+            used = self.used + nbytes
+            if used > self.buffer_memory or self._mem_waiters:
                 self._reserve_now(nbytes)
             else:
-                self.used += nbytes
+                self.used = used
             dq = self.queues.get(tp)
             batch = dq[-1] if dq else None
             if batch is None or batch.sealed:
                 batch = self.open_batch(tp)
-            elif batch.nbytes + nbytes > self.batch_size and batch.count:
+            size = batch.nbytes + nbytes
+            limit = self.batch_size
+            if size > limit and batch.count:
                 self.seal(batch)
                 batch = self.open_batch(tp)
+                size = batch.nbytes + nbytes
             i = batch.count
             if batch.timestamps is not None:
                 batch.timestamps.append(ts)
@@ -263,14 +269,13 @@ class Accumulator(BufferMemory):
                     batch.headers = [()] * i
                 batch.headers.append(headers or ())
             batch.count = i + 1
-            batch.nbytes += nbytes
-            batch.reserved += nbytes
+            batch.nbytes = size
             outcome = batch.outcome
             if callback is not None:
                 if outcome.record_callbacks is None:
                     outcome.record_callbacks = []
                 outcome.record_callbacks.append((i, callback))
-            if batch.nbytes + nbytes > self.batch_size:
+            if size + nbytes > limit:
                 self.seal(batch)  # the next record of this size would not fit
         return RecordFuture(outcome, i)
 

@@ -62,6 +62,8 @@ from headwater.client.types import GroupMetadata, RecordMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
+_time_ns = time.time_ns
+
 Callback = Callable[[RecordMetadata | None, BaseException | None], None]
 
 
@@ -394,8 +396,9 @@ class AsyncProducer:
         acc = self._acc
         if acc is None:
             raise ProducerClosedError("producer not started: await start() first")
-        if self._dead is not None or self._closed:
-            self._check_open()
+        # A closed or dead producer refuses the record in append_record (close_appends set
+        # the accumulator's ``closed`` with the same error), so the common case checks only
+        # what the accumulator cannot know.
         seq = self._seq
         if seq is not None:
             if seq.failed is not None:
@@ -404,30 +407,36 @@ class AsyncProducer:
                 self._txn.check_can_send()
         tps = self._tps.get(topic)
         if tps is None:
+            if self._dead is not None or self._closed:
+                self._check_open()
             assert self._topics is not None
             tps = self._topics.wait_from_any_thread(topic)
-        if type(value) is not bytes:
+        if type(value) is bytes:
+            size = RECORD_OVERHEAD + len(value)
+        else:
             check_bytes("value", value)
-        size = RECORD_OVERHEAD + (len(value) if value is not None else 0)
+            size = RECORD_OVERHEAD + (len(value) if value is not None else 0)
         n = len(tps)
-        if key is not None:
-            if type(key) is not bytes:
-                check_bytes("key", key)
-            size += len(key)
-        if headers:
-            size += sum(len(k) + (len(v) if v is not None else 0) + 12 for k, v in headers)
-        if partition is None:
+        if key is None and partition is None and not headers:
+            # the common case: a null key placed by the sticky partitioner
             sticky = self._sticky_current
-            if key is None and sticky is not None:
+            if sticky is not None:
                 partition = sticky.get(topic)
                 if partition is None or partition >= n:
-                    partition = self.partitioner(key, n, topic)
+                    partition = self.partitioner(None, n, topic)
             else:
-                partition = self.partitioner(key, n, topic)
-        if not 0 <= partition < n:  # an explicit partition, or a custom partitioner's
-            raise errors.UnknownTopicOrPartitionError(
-                f"partition {partition} of {topic!r} does not exist ({n} partitions)"
-            )
+                partition = self._custom_partition(None, n, topic)
+        else:
+            if key is not None:
+                if type(key) is not bytes:
+                    check_bytes("key", key)
+                size += len(key)
+            if headers:
+                size += sum(len(k) + (len(v) if v is not None else 0) + 12 for k, v in headers)
+            if partition is None:
+                partition = self._custom_partition(key, n, topic)
+            elif not 0 <= partition < n:
+                raise self._no_partition(topic, partition, n)
         if size > self.max_request_size:
             raise errors.MessageTooLargeError(
                 f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}"
@@ -437,9 +446,22 @@ class AsyncProducer:
             value,
             key,
             headers,
-            time.time_ns() // 1_000_000 if timestamp is None else timestamp,
+            _time_ns() // 1_000_000 if timestamp is None else timestamp,
             size,
             callback,
+        )
+
+    def _custom_partition(self, key: bytes | None, n: int, topic: str) -> int:
+        """The partitioner's choice, checked (a custom partitioner may return anything)."""
+        partition = self.partitioner(key, n, topic)
+        if not 0 <= partition < n:
+            raise self._no_partition(topic, partition, n)
+        return partition
+
+    @staticmethod
+    def _no_partition(topic: str, partition: int, n: int) -> Exception:
+        return errors.UnknownTopicOrPartitionError(
+            f"partition {partition} of {topic!r} does not exist ({n} partitions)"
         )
 
     async def partitions_for(self, topic: str) -> list[TopicPartition]:

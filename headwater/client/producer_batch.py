@@ -90,7 +90,6 @@ class ProducerBatch:
         "outcome",
         "pieces",
         "pred_acked",
-        "reserved",
         "restamp",
         "retry_at",
         "sealed",
@@ -111,7 +110,6 @@ class ProducerBatch:
         self.timestamps: list[int] | None = None
         self.count = 0
         self.nbytes = BATCH_OVERHEAD  # estimated encoded size (drives sealing)
-        self.reserved = 0  # buffer memory held by this batch's records
         self.waiters: list[tuple[int, int, Any]] = []
         self.sealed = False
         #: the encoded batch as pieces (their concatenation is its bytes), set by encode()
@@ -124,6 +122,12 @@ class ProducerBatch:
         self.restamp = False  # base_seq moved after encoding (an earlier batch was dropped)
         self.pred_acked = False  # the predecessor was acknowledged when this was last sent
         self.outcome = BatchOutcome(tp, self.timestamp_at)
+
+    @property
+    def reserved(self) -> int:
+        """Buffer memory held by this batch's records: every append reserves the bytes it
+        adds to the estimate, so it is the estimate less the batch overhead."""
+        return self.nbytes - BATCH_OVERHEAD
 
     def _add_timestamps(self, ts: int, n: int) -> None:
         if self.timestamps is None:
@@ -166,7 +170,6 @@ class ProducerBatch:
             self.headers.append(())
         self.count = i + 1
         self.nbytes += nbytes
-        self.reserved += nbytes
         self.waiters.append((i, 1, target))
 
     def append_many(
@@ -195,7 +198,6 @@ class ProducerBatch:
             self.headers.extend([()] * n)
         self.count = i + n
         self.nbytes += nbytes
-        self.reserved += nbytes
         self.waiters.append((i, n, target))
 
     @property
