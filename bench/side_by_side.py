@@ -312,7 +312,10 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float, default=30)
     p.add_argument("--out-dir", type=Path)
     p.add_argument(
-        "--only", default="", help="run only workloads whose key contains this (every system)"
+        "--only",
+        default="",
+        help="run only workloads whose key contains this, or any part of a comma-separated "
+        "list (every system)",
     )
     p.add_argument("--system-timeout", type=float, default=1800)
     p.add_argument("--report", nargs=2, type=Path, metavar=("ROWS", "CEILINGS"))

@@ -61,6 +61,12 @@ class Workload:
         )
 
 
+def selected(only: str, key: str) -> bool:
+    """``--only``: a workload is run when its key contains any of the comma-separated parts
+    (``"produce-max,consume"``); an empty ``only`` selects every workload."""
+    return not only or any(part in key for part in only.split(","))
+
+
 def workloads(include_rf3: bool = True) -> list[Workload]:
     """The matrix, in run order (consume rows follow the produce-max row they read)."""
     out: list[Workload] = []

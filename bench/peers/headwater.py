@@ -531,7 +531,7 @@ def main() -> None:
         raise SystemExit(f"[headwater] signal {signum}: stopping")
 
     signal.signal(signal.SIGTERM, terminated)
-    ws = [w for w in common.workloads(not args.no_rf3) if args.only in w.key]
+    ws = [w for w in common.workloads(not args.no_rf3) if common.selected(args.only, w.key)]
     with tempfile.TemporaryDirectory(prefix="hw-peer-") as tmp:
         for brokers, rf in ((1, 1), (3, 3)):
             sel = [w for w in ws if w.rf == rf]

@@ -101,6 +101,7 @@ from bench.peers.common import (
     payload_pool,
     percentiles_ms,
     record_count,
+    selected,
     stamp,
     workloads,
 )
@@ -773,7 +774,7 @@ def main() -> None:
         raise SystemExit("kafka: java not found (apt-get install openjdk-17-jre-headless)")
     libs = ensure_libs()
     ws = workloads(include_rf3=not a.no_rf3)
-    ws = [w for w in ws if a.only in w.key]
+    ws = [w for w in ws if selected(a.only, w.key)]
     client_heap = ["-Xmx1g"]
     for rf in sorted({w.rf for w in ws}):
         group = [w for w in ws if w.rf == rf]

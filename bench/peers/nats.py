@@ -87,6 +87,7 @@ from bench.peers.common import (  # noqa: E402
     payload_pool,
     percentiles_ms,
     record_count,
+    selected,
     stamp,
     workloads,
 )
@@ -446,7 +447,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     fixed_s = 5 if args.quick else FIXED_RATE_SECONDS
     exe = None if args.no_native else natscli()
-    all_w = [w for w in workloads(include_rf3=not args.no_rf3) if args.only in w.key]
+    all_w = [w for w in workloads(include_rf3=not args.no_rf3) if selected(args.only, w.key)]
     produced: dict[tuple[int, int], int] = {}
     failed = 0
 

@@ -77,6 +77,7 @@ from bench.peers.common import (  # noqa: E402
     payload_pool,
     percentiles_ms,
     record_count,
+    selected,
     stamp,
     workloads,
 )
@@ -320,7 +321,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     config = f"aof-{args.fsync}"
     fixed_s = 5 if args.quick else FIXED_RATE_SECONDS
-    all_w = [w for w in workloads(include_rf3=not args.no_rf3) if args.only in w.key]
+    all_w = [w for w in workloads(include_rf3=not args.no_rf3) if selected(args.only, w.key)]
     produced: dict[tuple[int, int], int] = {}
     failed = 0
 

@@ -232,10 +232,12 @@ class Accumulator(BufferMemory):
 
         Buffer memory short: a thread other than the loop's waits up to ``max_block_ms``
         (:meth:`reserve_blocking`); on the loop (which cannot wait here)
-        :class:`BufferExhaustedError` is raised at once.
+        :class:`BufferExhaustedError` is raised at once. A thread other than the loop's that
+        sealed a batch yields the GIL once before returning (the sender starts at once).
         """
         # The per-record hot path of every blocking send(): attribute reads are kept to
         # what the common case (an open batch with room, no key/headers/callback) needs.
+        sealed = False
         with self.lock:
             if self.closed is not None:
                 raise self.closed
@@ -252,6 +254,7 @@ class Accumulator(BufferMemory):
             limit = self.batch_size
             if size > limit and batch.count:
                 self.seal(batch)
+                sealed = True
                 batch = self.open_batch(tp)
                 size = batch.nbytes + nbytes
             i = batch.count
@@ -277,6 +280,13 @@ class Accumulator(BufferMemory):
                 outcome.record_callbacks.append((i, callback))
             if size + nbytes > limit:
                 self.seal(batch)  # the next record of this size would not fit
+                sealed = True
+        if sealed and threading.get_ident() != self._loop_thread:
+            # Hand the GIL over now: the loop thread, woken by the seal, would otherwise wait
+            # up to the interpreter's switch interval (5 ms, several 1 MiB batches of 1 KiB
+            # records) while this thread keeps appending, and the sealed batch's request
+            # would start that much later (docs/benchmarks.md, issue 17).
+            time.sleep(0)
         return RecordFuture(outcome, i)
 
     def _reserve_now(self, nbytes: int) -> None:
