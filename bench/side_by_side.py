@@ -312,6 +312,12 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float, default=30)
     p.add_argument("--out-dir", type=Path)
     p.add_argument(
+        "--kafka-python-only",
+        action="store_true",
+        help="Kafka's rows from confluent-kafka only, without the Java perf tools (the "
+        "per-record comparison of issue 17 needs only those)",
+    )
+    p.add_argument(
         "--only",
         default="",
         help="run only workloads whose key contains this, or any part of a comma-separated "
@@ -335,8 +341,12 @@ def main() -> None:
     flags += ["--quick"] if args.quick else []
     flags += ["--no-rf3"] if args.no_rf3 else []
     flags += ["--only", args.only] if args.only else []
+    kafka_flags = ["--no-java"] if args.kafka_python_only else []
     exits = {
-        s: run_system(s, rows_path, flags, args.system_timeout) for s in args.systems.split(",")
+        s: run_system(
+            s, rows_path, flags + (kafka_flags if s == "kafka" else []), args.system_timeout
+        )
+        for s in args.systems.split(",")
     }
     rows = read_rows(rows_path) if rows_path.exists() else []
     text = report(rows, {k: v for k, v in ceil.items() if isinstance(v, float)}, machine())

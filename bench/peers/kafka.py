@@ -761,6 +761,9 @@ def main() -> None:
     ap.add_argument("--no-rf3", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=60.0)
     ap.add_argument("--no-python", action="store_true", help="only the Java perf tools")
+    ap.add_argument(
+        "--no-java", action="store_true", help="only confluent-kafka (the per-record rows)"
+    )
     ap.add_argument("--only", default="", help="run only workloads whose key contains this")
     a = ap.parse_args()
     try:
@@ -782,6 +785,8 @@ def main() -> None:
             produced: dict[tuple[str, int, int], int] = {}
             for w in group:
                 clients = [JAVA_CLIENT, PY_CLIENT] if have_py else [JAVA_CLIENT]
+                if a.no_java and have_py:
+                    clients = [PY_CLIENT]
                 for client in clients:
                     k = (client, w.partitions, w.record_size)
                     java = client == JAVA_CLIENT
