@@ -152,7 +152,7 @@ def test_bench_produce_and_consume(cluster: Any) -> None:
         )
         assert res["records"] == 20000 and res["records_per_sec"] > 0
         assert res["latency_p50_ms"] <= res["latency_p99_ms"] <= res["latency_max_ms"]
-    for decode in ("values", "arrow", "none"):
+    for decode in ("values", "arrow", "none", "records"):
         res = json.loads(
             ok(
                 hw(
