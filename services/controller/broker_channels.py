@@ -11,6 +11,11 @@ replaced by a newer one. With ``credentials`` (the controller's TLS identity) li
 Responses carrying STALE_CONTROLLER_EPOCH (this controller was
 deposed) or STALE_BROKER_EPOCH (the broker re-registered; a new link follows) drop the request.
 
+LeaderAndIsr answers: each answered LeaderAndIsr is reported to ``on_leader_and_isr`` (set by
+the controller) with the partitions the broker refused with ``KAFKA_STORAGE_ERROR`` (key ->
+topic id) and those it applied; the controller takes refused replicas offline
+(:mod:`services.controller.offline_replicas`).
+
 Crash detection (:class:`Liveness`, set while this controller is active): each link also holds
 a ControllerLiveness stream open to its broker. When that stream breaks or ends, the link
 probes the broker's address with a plain TCP connect: **refused** means no process listens
@@ -38,6 +43,7 @@ from headwater import errors, timeouts
 from headwater.client.auth import channel_interceptors
 from headwater.client.grpc_options import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc
+from headwater.v1.errors_pb2 import ErrorCode
 from services.controller.state import Broker
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,13 @@ ControlRequest = (
     | broker_pb2.UpdateMetadataRequest
     | broker_pb2.StopReplicaRequest
 )
+
+
+PartitionKey = tuple[str, int]
+#: ``(broker, refused: key -> topic id, applied keys)`` of one answered LeaderAndIsr
+OutcomeCallback = Callable[[Broker, dict[PartitionKey, str], list[PartitionKey]], None]
+#: per-partition errors logged one by one per answer (the rest are counted)
+LOGGED_PARTITION_ERRORS = 10
 
 
 @dataclass(frozen=True)
@@ -88,8 +101,10 @@ class BrokerLink:
         broker: Broker,
         credentials: grpc.ChannelCredentials | None = None,
         liveness: Liveness | None = None,
+        on_leader_and_isr: OutcomeCallback | None = None,
     ) -> None:
         self.broker = broker
+        self._on_leader_and_isr = on_leader_and_isr
         target = f"{broker.host}:{broker.port}"
         bearer = channel_interceptors(target)  # the internal identity's token, if any
         if credentials is not None:
@@ -177,17 +192,42 @@ class BrokerLink:
             self.delivered += 1
             if code:
                 log.warning("broker %d answered %s with %s", bid, type(request).__name__, code)
-            for perr in getattr(response, "partitions", ()):
-                if perr.error_code:
-                    log.warning(
-                        "broker %d: %s-%d: %s %s",
-                        bid,
-                        perr.topic,
-                        perr.partition,
-                        perr.error_code,
-                        perr.error_message,
-                    )
+            self._partition_errors(request, response)
             return
+
+    def _partition_errors(self, request: ControlRequest, response: Any) -> None:
+        """Log an answer's partition errors; report a LeaderAndIsr's outcome (module doc)."""
+        bid = self.broker.broker_id
+        errs = [perr for perr in getattr(response, "partitions", ()) if perr.error_code]
+        for perr in errs[:LOGGED_PARTITION_ERRORS]:
+            log.warning(
+                "broker %d: %s-%d: %s %s",
+                bid,
+                perr.topic,
+                perr.partition,
+                ErrorCode.Name(perr.error_code),
+                perr.error_message,
+            )
+        if len(errs) > LOGGED_PARTITION_ERRORS:
+            log.warning(
+                "broker %d: %d more partition errors in its %s answer",
+                bid,
+                len(errs) - LOGGED_PARTITION_ERRORS,
+                type(request).__name__,
+            )
+        if self._on_leader_and_isr is None or not isinstance(
+            request, broker_pb2.LeaderAndIsrRequest
+        ):
+            return
+        refused: dict[PartitionKey, str] = {}
+        applied: list[PartitionKey] = []
+        for a, perr in zip(request.partitions, response.partitions, strict=False):
+            key = (a.topic, a.state.partition)
+            if perr.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+                refused[key] = a.topic_id
+            elif perr.error_code == ErrorCode.NONE:
+                applied.append(key)
+        self._on_leader_and_isr(self.broker, refused, applied)
 
     async def _call(self, request: ControlRequest) -> Any:
         if isinstance(request, broker_pb2.LeaderAndIsrRequest):
@@ -254,6 +294,8 @@ class BrokerChannels:
         self.credentials = credentials
         #: set by the controller while active: new links watch their broker's liveness
         self.liveness: Liveness | None = None
+        #: set by the controller: told of every answered LeaderAndIsr (module doc)
+        self.on_leader_and_isr: OutcomeCallback | None = None
 
     async def sync(self, brokers: Mapping[int, Broker]) -> None:
         """Open links to new registrations, close links of gone or re-registered brokers."""
@@ -264,7 +306,9 @@ class BrokerChannels:
                 await link.close()
         for bid, broker in brokers.items():
             if bid not in self._links:
-                self._links[bid] = BrokerLink(broker, self.credentials, self.liveness)
+                self._links[bid] = BrokerLink(
+                    broker, self.credentials, self.liveness, self.on_leader_and_isr
+                )
 
     def send(self, broker_id: int, request: ControlRequest) -> None:
         link = self._links.get(broker_id)
