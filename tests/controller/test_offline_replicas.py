@@ -17,9 +17,10 @@ from headwater.dev.cluster import LocalCluster
 from services.controller.offline_replicas import OfflineReplicas
 from tests.helpers.wait import wait_for
 
-#: broker 3's open-file limit: a reserve of 64, room for a few dozen partitions
+#: broker 3's open-file limit: 64 kept for connections, 64 for index files, room for about
+#: 120 partitions (one descriptor each)
 LIMIT = 256
-PARTITIONS = 90
+PARTITIONS = 150
 TOPIC = "refused"
 
 
