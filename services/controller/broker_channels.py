@@ -6,6 +6,10 @@ hands them to :meth:`BrokerChannels.send`; it never waits for brokers. Each
 retrying transport failures with capped exponential backoff for as long as the broker is
 alive (the link is closed when the broker's registration disappears or changes epoch).
 
+Deadlines (:func:`rpc_timeout_s`) grow with the request: 15 s for one partition, plus 25 ms
+per further partition of a LeaderAndIsr or StopReplica (and 1 ms per partition of an
+UpdateMetadata snapshot), capped at 10 minutes.
+
 Coalescing: UpdateMetadata is a full snapshot, so a queued, not yet sent UpdateMetadata is
 replaced by a newer one. With ``credentials`` (the controller's TLS identity) links are TLS.
 Responses carrying STALE_CONTROLLER_EPOCH (this controller was
@@ -48,7 +52,17 @@ from services.controller.state import Broker
 
 log = logging.getLogger(__name__)
 
+#: The deadline of a control request naming one partition (or none).
 RPC_TIMEOUT_S = 15.0
+#: What each further partition of a LeaderAndIsr or StopReplica adds to its deadline: a new
+#: partition creates a log (files and fsyncs in the broker's worker threads), a deleted one
+#: removes it. Measured on a loaded 2-core machine: about 45-50 ms per log when a broker
+#: created 1,000 at load 25-32 (docs/benchmarks.md, "Many partitions"), two at a time.
+PER_PARTITION_S = 0.025
+#: What each partition of an UpdateMetadata snapshot adds (decoding and caching its state).
+PER_METADATA_PARTITION_S = 0.001
+#: No control request waits longer than this for its answer before it is sent again.
+MAX_RPC_TIMEOUT_S = 600.0
 MAX_BACKOFF_S = 2.0
 #: How long the probe of a broker whose liveness stream broke waits for its TCP connect.
 PROBE_TIMEOUT_S = 1.0
@@ -90,6 +104,19 @@ async def connection_refused(host: str, port: int, timeout_s: float = PROBE_TIME
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     return False
+
+
+def rpc_timeout_s(request: ControlRequest) -> float:
+    """The deadline of a control request, scaled by its size (issue 17 item 4): a
+    4,000-partition LeaderAndIsr gets 115 s where a one-partition one gets 15 s, so a broker
+    creating thousands of logs is not sent the same request again while it is still applying
+    it. Capped at :data:`MAX_RPC_TIMEOUT_S`."""
+    if isinstance(request, broker_pb2.UpdateMetadataRequest):
+        n = sum(len(t.partitions) for t in request.topics)
+        extra = n * PER_METADATA_PARTITION_S
+    else:
+        extra = max(0, len(request.partitions) - 1) * PER_PARTITION_S
+    return min(RPC_TIMEOUT_S + extra, MAX_RPC_TIMEOUT_S)
 
 
 class BrokerLink:
@@ -230,11 +257,12 @@ class BrokerLink:
         self._on_leader_and_isr(self.broker, refused, applied)
 
     async def _call(self, request: ControlRequest) -> Any:
+        timeout = rpc_timeout_s(request)
         if isinstance(request, broker_pb2.LeaderAndIsrRequest):
-            return await self._stub.LeaderAndIsr(request, timeout=RPC_TIMEOUT_S)
+            return await self._stub.LeaderAndIsr(request, timeout=timeout)
         if isinstance(request, broker_pb2.UpdateMetadataRequest):
-            return await self._stub.UpdateMetadata(request, timeout=RPC_TIMEOUT_S)
-        return await self._stub.StopReplica(request, timeout=RPC_TIMEOUT_S)
+            return await self._stub.UpdateMetadata(request, timeout=timeout)
+        return await self._stub.StopReplica(request, timeout=timeout)
 
     async def _watch_liveness(self, liveness: Liveness) -> None:
         """Hold the ControllerLiveness stream; report the broker dead when the stream breaks
