@@ -163,6 +163,8 @@ class Partition:
         self._append_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._appended = asyncio.Event()
+        #: one-shot futures completed at the next leader append or state change
+        self._append_waiters: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -298,9 +300,23 @@ class Partition:
         event.set()
         self._notify_appended()
 
+    def wake_on_append(self, waiter: asyncio.Future[None]) -> None:
+        """Complete ``waiter`` at the next leader append or state change (one future may wait
+        on many partitions: a follower's idle fetch session waits on all it fetches without
+        a task per partition). Call :meth:`forget_waiter` when no longer waiting."""
+        self._append_waiters.add(waiter)
+
+    def forget_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._append_waiters.discard(waiter)
+
     def _notify_appended(self) -> None:
         event, self._appended = self._appended, asyncio.Event()
         event.set()
+        if self._append_waiters:
+            waiters, self._append_waiters = self._append_waiters, set()
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     # ------------------------------------------------------------------ leader: followers, HW
 
