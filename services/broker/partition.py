@@ -535,6 +535,18 @@ class Partition:
             metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
         return True
 
+    def caught_up_as_follower(self, leader_epoch: int, leader_hw: int) -> bool | None:
+        """:meth:`append_as_follower` of no records, without waiting: the HW moves to
+        ``min(leader_hw, LEO)``; False when this replica no longer follows in
+        ``leader_epoch``; None (nothing done) while an append or truncation holds the
+        partition, for the caller to take the waiting path."""
+        if self._append_lock.locked():
+            return None
+        if not self._check_following(leader_epoch):
+            return False
+        self._follower_hw(leader_hw)
+        return True
+
     def _follower_hw(self, leader_hw: int) -> None:
         new_hw = min(max(leader_hw, self.high_watermark), self.log_end_offset)
         if new_hw != self.high_watermark:

@@ -82,3 +82,29 @@ def test_an_idle_session_waits_on_one_future_and_wakes_on_any_append(tmp_path: P
         assert all(not p._append_waiters for p in parts)
 
     asyncio.run(scenario())
+
+
+def test_a_caught_up_follower_round_moves_the_hw_without_waiting(tmp_path: Path) -> None:
+    rm = ReplicaManager(ME, LogManager([tmp_path]), MetadataCache())
+    rm.broker_epoch = BROKER_EPOCH
+    rm.controller_epoch = 1
+
+    async def scenario() -> None:
+        follows = broker_pb2.PartitionAssignment(
+            topic="t",
+            state=metadata_pb2.PartitionState(
+                partition=0, leader=FOLLOWER, leader_epoch=3, replicas=[FOLLOWER, ME], isr=[ME]
+            ),
+        )
+        await rm.leader_and_isr(request(follows))
+        p = rm.partitions[("t", 0)]
+        rm.fetchers.remove(("t", 0))  # driven by hand here
+        buf = encode_batch([b"a", b"b", b"c"])
+        assert await p.append_as_follower(buf, 3, 0)
+        assert p.caught_up_as_follower(3, 2) is True and p.high_watermark == 2
+        assert p.caught_up_as_follower(3, 99) is True and p.high_watermark == 3  # within LEO
+        assert p.caught_up_as_follower(4, 3) is False  # another leader epoch
+        async with p._append_lock:  # an append or truncation in progress: the waiting path
+            assert p.caught_up_as_follower(3, 3) is None
+
+    asyncio.run(scenario())
