@@ -106,6 +106,14 @@ async def connection_refused(host: str, port: int, timeout_s: float = PROBE_TIME
     return False
 
 
+def _code_name(code: int) -> str:
+    """An error code's name (its number when this build does not know it)."""
+    try:
+        return ErrorCode.Name(code)
+    except ValueError:
+        return str(code)
+
+
 def rpc_timeout_s(request: ControlRequest) -> float:
     """The deadline of a control request, scaled by its size (issue 17 item 4): a
     4,000-partition LeaderAndIsr gets 115 s where a one-partition one gets 15 s, so a broker
@@ -232,7 +240,7 @@ class BrokerLink:
                 bid,
                 perr.topic,
                 perr.partition,
-                ErrorCode.Name(perr.error_code),
+                _code_name(perr.error_code),
                 perr.error_message,
             )
         if len(errs) > LOGGED_PARTITION_ERRORS:
