@@ -23,6 +23,7 @@ from headwater.errors import HeadwaterError
 from headwater.platform.dynamic_config import parse_static
 from headwater.platform.limits import add_limit_flags, limits_from_args
 from headwater.platform.security_flags import add_security_flags, security_from_args
+from services.broker.descriptors import INDEX_FILES_OPEN_MAX
 from services.broker.group_stream import StreamLimits
 from services.broker.registration import LEASE_TTL_S
 from services.broker.replication.peers import parse_overrides
@@ -66,6 +67,14 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         type=int,
         default=10_000,
         help="a follower not caught up for this long leaves the ISR",
+    )
+    ap.add_argument(
+        "--index-files-open-max",
+        type=int,
+        default=INDEX_FILES_OPEN_MAX,
+        help="index files (offset and time indexes of active segments) open at once, least "
+        "recently used closed first and reopened on their next write; at most a quarter of "
+        "the open-file limit",
     )
     ap.add_argument(
         "--controlled-shutdown-timeout-s",
@@ -157,6 +166,8 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         ap.error("--log-cleaner-io-max-bytes-per-second must be >= 0")
     if a.replica_lag_time_max_ms <= 0:
         ap.error("--replica-lag-time-max-ms must be positive")
+    if a.index_files_open_max < 2:
+        ap.error("--index-files-open-max must be at least 2")
     if a.log_retention_check_interval_ms <= 0:
         ap.error("--log-retention-check-interval-ms must be positive")
     stream_limits = StreamLimits(
@@ -191,6 +202,7 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         ready_file=a.ready_file,
         peer_overrides=overrides,
         replica_lag_time_max_ms=a.replica_lag_time_max_ms,
+        index_files_open_max=a.index_files_open_max,
         controlled_shutdown_s=a.controlled_shutdown_timeout_s,
         session_timeout_s=a.session_timeout_s,
         log_cleaner_backoff_ms=a.log_cleaner_backoff_ms,

@@ -163,6 +163,8 @@ class Partition:
         self._append_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._appended = asyncio.Event()
+        #: one-shot futures completed at the next leader append or state change
+        self._append_waiters: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -298,9 +300,23 @@ class Partition:
         event.set()
         self._notify_appended()
 
+    def wake_on_append(self, waiter: asyncio.Future[None]) -> None:
+        """Complete ``waiter`` at the next leader append or state change (one future may wait
+        on many partitions: a follower's idle fetch session waits on all it fetches without
+        a task per partition). Call :meth:`forget_waiter` when no longer waiting."""
+        self._append_waiters.add(waiter)
+
+    def forget_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._append_waiters.discard(waiter)
+
     def _notify_appended(self) -> None:
         event, self._appended = self._appended, asyncio.Event()
         event.set()
+        if self._append_waiters:
+            waiters, self._append_waiters = self._append_waiters, set()
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     # ------------------------------------------------------------------ leader: followers, HW
 
@@ -517,6 +533,18 @@ class Partition:
             self._follower_hw(leader_hw)
         if records:
             metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
+        return True
+
+    def caught_up_as_follower(self, leader_epoch: int, leader_hw: int) -> bool | None:
+        """:meth:`append_as_follower` of no records, without waiting: the HW moves to
+        ``min(leader_hw, LEO)``; False when this replica no longer follows in
+        ``leader_epoch``; None (nothing done) while an append or truncation holds the
+        partition, for the caller to take the waiting path."""
+        if self._append_lock.locked():
+            return None
+        if not self._check_following(leader_epoch):
+            return False
+        self._follower_hw(leader_hw)
         return True
 
     def _follower_hw(self, leader_hw: int) -> None:

@@ -120,6 +120,8 @@ class ReplicaManager:
             peers=self.peers,
             lag_ms=replica_lag_time_max_ms,
         )
+        #: each log directory's high watermarks as last checkpointed by this process
+        self._hw_written: dict[Any, dict[Key, int]] = {}
         #: high watermarks read from the checkpoints at start, used when a partition opens.
         self._hw_at_start: dict[Key, int] = {}
         #: topic-key defaults for topics without an override (static flag < brokers/<default>
@@ -150,14 +152,19 @@ class ReplicaManager:
         return removed
 
     async def checkpoint_high_watermarks(self) -> None:
-        """Write each log directory's ``replication-offset-checkpoint``."""
+        """Write each log directory's ``replication-offset-checkpoint``; a directory whose
+        high watermarks are all as last written here is skipped (an idle broker does not
+        rewrite and fsync the same file every second)."""
         by_dir: dict[Any, dict[Key, int]] = {d: {} for d in self.log_manager.log_dirs}
         for key, p in self.partitions.items():
             home = self.log_manager.log_dir_of(*key)
             if home is not None:
                 by_dir.setdefault(home, {})[key] = p.high_watermark
         for d, hws in by_dir.items():
+            if self._hw_written.get(d) == hws:
+                continue
             await asyncio.to_thread(hw_checkpoint.write_high_watermarks, d, hws)
+            self._hw_written[d] = hws
 
     # ------------------------------------------------------------------ lookups (handlers)
 

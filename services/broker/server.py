@@ -80,7 +80,7 @@ from services.broker.registration import LEASE_TTL_S, Registration
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.peers import Peers
 from services.broker.replication.shutdown import controlled_shutdown
-from services.broker.storage import LogManager, cleaner
+from services.broker.storage import LogManager, cleaner, fileio
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,8 @@ class BrokerSettings:
     #: connections only (``--peer-override``).
     peer_overrides: dict[int, str] = field(default_factory=dict)
     replica_lag_time_max_ms: int = 10_000
+    #: Bound of open index files (``--index-files-open-max``; descriptors.index_files_bound).
+    index_files_open_max: int = descriptors.INDEX_FILES_OPEN_MAX
     controlled_shutdown_s: float = 10.0
     #: TTL of the registration lease (``--session-timeout-s``)
     session_timeout_s: int = LEASE_TTL_S
@@ -189,14 +191,17 @@ async def _start(settings: BrokerSettings, proc: ProcessRunner) -> dict[str, Any
     for d in settings.data_dirs:
         d.mkdir(parents=True, exist_ok=True)
     before, limit = descriptors.raise_soft_limit()
+    fileio.INDEX_FILES.bound = descriptors.index_files_bound(limit, settings.index_files_open_max)
     log_manager = await asyncio.to_thread(LogManager, [str(d) for d in settings.data_dirs])
     budget = descriptors.DescriptorBudget(limit)
     room = budget.room()
     log.info(
-        "open-file limit %d (was %d): %d descriptors open, room for %d more partitions",
+        "open-file limit %d (was %d): %d descriptors open, %d kept for index files, room "
+        "for %d more partitions",
         limit,
         before,
         descriptors.open_descriptors(),
+        fileio.INDEX_FILES.bound,
         room,
     )
     if room == 0:

@@ -6,10 +6,19 @@ hands them to :meth:`BrokerChannels.send`; it never waits for brokers. Each
 retrying transport failures with capped exponential backoff for as long as the broker is
 alive (the link is closed when the broker's registration disappears or changes epoch).
 
+Deadlines (:func:`rpc_timeout_s`) grow with the request: 15 s for one partition, plus 25 ms
+per further partition of a LeaderAndIsr or StopReplica (and 1 ms per partition of an
+UpdateMetadata snapshot), capped at 10 minutes.
+
 Coalescing: UpdateMetadata is a full snapshot, so a queued, not yet sent UpdateMetadata is
 replaced by a newer one. With ``credentials`` (the controller's TLS identity) links are TLS.
 Responses carrying STALE_CONTROLLER_EPOCH (this controller was
 deposed) or STALE_BROKER_EPOCH (the broker re-registered; a new link follows) drop the request.
+
+LeaderAndIsr answers: each answered LeaderAndIsr is reported to ``on_leader_and_isr`` (set by
+the controller) with the partitions the broker refused with ``KAFKA_STORAGE_ERROR`` (key ->
+topic id) and those it applied; the controller takes refused replicas offline
+(:mod:`services.controller.offline_replicas`).
 
 Crash detection (:class:`Liveness`, set while this controller is active): each link also holds
 a ControllerLiveness stream open to its broker. When that stream breaks or ends, the link
@@ -38,11 +47,22 @@ from headwater import errors, timeouts
 from headwater.client.auth import channel_interceptors
 from headwater.client.grpc_options import channel_options
 from headwater.v1 import broker_pb2, broker_pb2_grpc
+from headwater.v1.errors_pb2 import ErrorCode
 from services.controller.state import Broker
 
 log = logging.getLogger(__name__)
 
+#: The deadline of a control request naming one partition (or none).
 RPC_TIMEOUT_S = 15.0
+#: What each further partition of a LeaderAndIsr or StopReplica adds to its deadline: a new
+#: partition creates a log (files and fsyncs in the broker's worker threads), a deleted one
+#: removes it. Measured on a loaded 2-core machine: about 45-50 ms per log when a broker
+#: created 1,000 at load 25-32 (docs/benchmarks.md, "Many partitions"), two at a time.
+PER_PARTITION_S = 0.025
+#: What each partition of an UpdateMetadata snapshot adds (decoding and caching its state).
+PER_METADATA_PARTITION_S = 0.001
+#: No control request waits longer than this for its answer before it is sent again.
+MAX_RPC_TIMEOUT_S = 600.0
 MAX_BACKOFF_S = 2.0
 #: How long the probe of a broker whose liveness stream broke waits for its TCP connect.
 PROBE_TIMEOUT_S = 1.0
@@ -52,6 +72,13 @@ ControlRequest = (
     | broker_pb2.UpdateMetadataRequest
     | broker_pb2.StopReplicaRequest
 )
+
+
+PartitionKey = tuple[str, int]
+#: ``(broker, refused: key -> topic id, applied keys)`` of one answered LeaderAndIsr
+OutcomeCallback = Callable[[Broker, dict[PartitionKey, str], list[PartitionKey]], None]
+#: per-partition errors logged one by one per answer (the rest are counted)
+LOGGED_PARTITION_ERRORS = 10
 
 
 @dataclass(frozen=True)
@@ -79,6 +106,27 @@ async def connection_refused(host: str, port: int, timeout_s: float = PROBE_TIME
     return False
 
 
+def _code_name(code: int) -> str:
+    """An error code's name (its number when this build does not know it)."""
+    try:
+        return ErrorCode.Name(code)
+    except ValueError:
+        return str(code)
+
+
+def rpc_timeout_s(request: ControlRequest) -> float:
+    """The deadline of a control request, scaled by its size (issue 17 item 4): a
+    4,000-partition LeaderAndIsr gets 115 s where a one-partition one gets 15 s, so a broker
+    creating thousands of logs is not sent the same request again while it is still applying
+    it. Capped at :data:`MAX_RPC_TIMEOUT_S`."""
+    if isinstance(request, broker_pb2.UpdateMetadataRequest):
+        n = sum(len(t.partitions) for t in request.topics)
+        extra = n * PER_METADATA_PARTITION_S
+    else:
+        extra = max(0, len(request.partitions) - 1) * PER_PARTITION_S
+    return min(RPC_TIMEOUT_S + extra, MAX_RPC_TIMEOUT_S)
+
+
 class BrokerLink:
     """The channel, queue and sender task for one broker registration (id + epoch), and its
     liveness watch while a :class:`Liveness` is given."""
@@ -88,8 +136,10 @@ class BrokerLink:
         broker: Broker,
         credentials: grpc.ChannelCredentials | None = None,
         liveness: Liveness | None = None,
+        on_leader_and_isr: OutcomeCallback | None = None,
     ) -> None:
         self.broker = broker
+        self._on_leader_and_isr = on_leader_and_isr
         target = f"{broker.host}:{broker.port}"
         bearer = channel_interceptors(target)  # the internal identity's token, if any
         if credentials is not None:
@@ -177,24 +227,50 @@ class BrokerLink:
             self.delivered += 1
             if code:
                 log.warning("broker %d answered %s with %s", bid, type(request).__name__, code)
-            for perr in getattr(response, "partitions", ()):
-                if perr.error_code:
-                    log.warning(
-                        "broker %d: %s-%d: %s %s",
-                        bid,
-                        perr.topic,
-                        perr.partition,
-                        perr.error_code,
-                        perr.error_message,
-                    )
+            self._partition_errors(request, response)
             return
 
+    def _partition_errors(self, request: ControlRequest, response: Any) -> None:
+        """Log an answer's partition errors; report a LeaderAndIsr's outcome (module doc)."""
+        bid = self.broker.broker_id
+        errs = [perr for perr in getattr(response, "partitions", ()) if perr.error_code]
+        for perr in errs[:LOGGED_PARTITION_ERRORS]:
+            log.warning(
+                "broker %d: %s-%d: %s %s",
+                bid,
+                perr.topic,
+                perr.partition,
+                _code_name(perr.error_code),
+                perr.error_message,
+            )
+        if len(errs) > LOGGED_PARTITION_ERRORS:
+            log.warning(
+                "broker %d: %d more partition errors in its %s answer",
+                bid,
+                len(errs) - LOGGED_PARTITION_ERRORS,
+                type(request).__name__,
+            )
+        if self._on_leader_and_isr is None or not isinstance(
+            request, broker_pb2.LeaderAndIsrRequest
+        ):
+            return
+        refused: dict[PartitionKey, str] = {}
+        applied: list[PartitionKey] = []
+        for a, perr in zip(request.partitions, response.partitions, strict=False):
+            key = (a.topic, a.state.partition)
+            if perr.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+                refused[key] = a.topic_id
+            elif perr.error_code == ErrorCode.NONE:
+                applied.append(key)
+        self._on_leader_and_isr(self.broker, refused, applied)
+
     async def _call(self, request: ControlRequest) -> Any:
+        timeout = rpc_timeout_s(request)
         if isinstance(request, broker_pb2.LeaderAndIsrRequest):
-            return await self._stub.LeaderAndIsr(request, timeout=RPC_TIMEOUT_S)
+            return await self._stub.LeaderAndIsr(request, timeout=timeout)
         if isinstance(request, broker_pb2.UpdateMetadataRequest):
-            return await self._stub.UpdateMetadata(request, timeout=RPC_TIMEOUT_S)
-        return await self._stub.StopReplica(request, timeout=RPC_TIMEOUT_S)
+            return await self._stub.UpdateMetadata(request, timeout=timeout)
+        return await self._stub.StopReplica(request, timeout=timeout)
 
     async def _watch_liveness(self, liveness: Liveness) -> None:
         """Hold the ControllerLiveness stream; report the broker dead when the stream breaks
@@ -254,6 +330,8 @@ class BrokerChannels:
         self.credentials = credentials
         #: set by the controller while active: new links watch their broker's liveness
         self.liveness: Liveness | None = None
+        #: set by the controller: told of every answered LeaderAndIsr (module doc)
+        self.on_leader_and_isr: OutcomeCallback | None = None
 
     async def sync(self, brokers: Mapping[int, Broker]) -> None:
         """Open links to new registrations, close links of gone or re-registered brokers."""
@@ -264,7 +342,9 @@ class BrokerChannels:
                 await link.close()
         for bid, broker in brokers.items():
             if bid not in self._links:
-                self._links[bid] = BrokerLink(broker, self.credentials, self.liveness)
+                self._links[bid] = BrokerLink(
+                    broker, self.credentials, self.liveness, self.on_leader_and_isr
+                )
 
     def send(self, broker_id: int, request: ControlRequest) -> None:
         link = self._links.get(broker_id)

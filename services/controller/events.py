@@ -11,6 +11,12 @@ task (:meth:`ControllerLoop.run`), one event at a time (Kafka's controller event
   is ended as its lease expiring would (``state.expire_broker``, fenced by this controller's
   epoch and the broker epoch) and it is handled as gone at once, well before the lease TTL.
   Hangs (a stopped process, a network partition) reset nothing and stay the lease's to detect;
+* ``ReplicaOutcomes`` — a broker answered a LeaderAndIsr: the partitions it refused with
+  ``KAFKA_STORAGE_ERROR`` (e.g. past its open-file budget) become offline replicas
+  (:mod:`services.controller.offline_replicas`; Kafka's KIP-112): leadership moves to another
+  live ISR member, or to -1 with none, and they leave the ISR, through the same fenced,
+  conditioned etcd writes as every election; partitions it applied clear their marks (and
+  are elected again: an offline partition gets its leader back);
 * ``CoordinatorsChanged`` — the live group coordinators (``coordinators.watch``, a task
   started while active), copied into every UpdateMetadata;
 * ``Command`` — an RPC handler's work (``services.controller.topics``) with a future the
@@ -55,6 +61,7 @@ from services.controller import cluster_state as cs
 from services.controller import coordinators, metrics, operations, reassignment
 from services.controller import state as st
 from services.controller.broker_channels import BrokerChannels, Liveness
+from services.controller.offline_replicas import OfflineReplicas
 from services.controller.partition_leadership import PartitionLeadership
 
 log = logging.getLogger(__name__)
@@ -84,6 +91,15 @@ class BrokerGone:
 @dataclass(frozen=True)
 class BrokerDied:
     broker: st.Broker
+
+
+@dataclass(frozen=True)
+class ReplicaOutcomes:
+    broker: st.Broker
+    #: refused with KAFKA_STORAGE_ERROR: key -> the topic id the request named
+    refused: dict[tuple[str, int], str]
+    #: applied without error
+    applied: list[tuple[str, int]]
 
 
 @dataclass(frozen=True)
@@ -120,6 +136,7 @@ Event = (
     | BrokerPut
     | BrokerGone
     | BrokerDied
+    | ReplicaOutcomes
     | CoordinatorsChanged
     | Resync
     | RebalanceCheck
@@ -146,6 +163,9 @@ class ControllerLoop(PartitionLeadership):
         self.host = host
         self.port = port
         self.channels = BrokerChannels()
+        self.channels.on_leader_and_isr = self._leader_and_isr_answered
+        #: replicas live brokers refused to host (cleared per broker on (re)registration)
+        self.offline = OfflineReplicas()
         self.state: cs.ClusterState | None = None
         self.epoch: int | None = None
         #: Live brokers in controlled shutdown (never elected; cleared on (re)registration).
@@ -180,6 +200,13 @@ class ControllerLoop(PartitionLeadership):
         self.post(Command(fn, future))
         return await future
 
+    def _leader_and_isr_answered(
+        self, broker: st.Broker, refused: dict[tuple[str, int], str], applied: list[tuple[str, int]]
+    ) -> None:
+        """A link's report of an answered LeaderAndIsr: an event only when it can matter."""
+        if refused or self.offline.has(broker.broker_id):
+            self.post(ReplicaOutcomes(broker, refused, applied))
+
     @property
     def active(self) -> bool:
         return self.epoch is not None
@@ -191,7 +218,9 @@ class ControllerLoop(PartitionLeadership):
             metrics.EVENTS.labels(type(event).__name__).inc()
             if isinstance(event, Command):
                 await self._run_command(event)
-                metrics.refresh(self.state.partitions if self.state is not None else None)
+                metrics.refresh(
+                    self.state.partitions if self.state is not None else None, len(self.offline)
+                )
                 continue
             try:
                 await self._handle(event)
@@ -202,7 +231,9 @@ class ControllerLoop(PartitionLeadership):
                 log.exception("controller event %s failed", type(event).__name__)
                 self._schedule_resync()
             finally:
-                metrics.refresh(self.state.partitions if self.state is not None else None)
+                metrics.refresh(
+                    self.state.partitions if self.state is not None else None, len(self.offline)
+                )
 
     async def _run_command(self, cmd: Command) -> None:
         if cmd.future.done():  # the caller went away
@@ -246,6 +277,8 @@ class ControllerLoop(PartitionLeadership):
             await self._broker_gone(event.broker_id)
         elif isinstance(event, BrokerDied):
             await self._broker_died(event.broker)
+        elif isinstance(event, ReplicaOutcomes):
+            await self._replica_outcomes(event)
         elif isinstance(event, CoordinatorsChanged):
             self.coordinators = event.coordinators
             self.send_update_metadata()
@@ -263,6 +296,7 @@ class ControllerLoop(PartitionLeadership):
     async def _become_active(self, epoch: int) -> None:
         self.epoch = epoch
         self.shutting_down = set()
+        self.offline = OfflineReplicas()
         if self.crash_detection:
             self.channels.liveness = Liveness(
                 self.controller_id, epoch, lambda b: self.post(BrokerDied(b))
@@ -342,6 +376,7 @@ class ControllerLoop(PartitionLeadership):
     async def _resign(self) -> None:
         self.epoch = None
         self.state = None
+        self.offline = OfflineReplicas()
         metrics.ACTIVE.set(0)
         metrics.EPOCH.set(0)
         for task in (self._watcher, self._rebalancer, self._coord_watcher, self._config_watcher):
@@ -397,6 +432,7 @@ class ControllerLoop(PartitionLeadership):
             await self._broker_gone(broker.broker_id)
         log.info("broker %d registered (epoch %d)", broker.broker_id, broker.epoch)
         self.shutting_down.discard(broker.broker_id)
+        self.offline.forget(broker.broker_id)
         self.state.apply(cs.BrokerRegistered(broker))
         metrics.LIVE_BROKERS.set(len(self.state.brokers))
         await self.channels.sync(self.state.brokers)
@@ -410,6 +446,7 @@ class ControllerLoop(PartitionLeadership):
     async def _broker_gone(self, broker_id: int) -> None:
         assert self.state is not None
         self.shutting_down.discard(broker_id)
+        self.offline.forget(broker_id)
         if broker_id not in self.state.brokers:
             return
         self.state.apply(cs.BrokerUnregistered(broker_id))
@@ -428,6 +465,40 @@ class ControllerLoop(PartitionLeadership):
         self.send_update_metadata()
         self.send_leader_and_isr(rest, leading=True)
         self.send_leader_and_isr(rest, leading=False)
+
+    async def _replica_outcomes(self, event: ReplicaOutcomes) -> None:
+        """A broker's LeaderAndIsr answer: refused replicas go offline, applied ones come back
+        (module doc); the partitions whose leader or ISR that changes are written and told."""
+        assert self.state is not None
+        b = event.broker
+        if self.state.brokers.get(b.broker_id) != b:
+            return  # an answer of a registration that has since ended
+        refused = {
+            key: topic_id
+            for key, topic_id in event.refused.items()
+            if (t := self.state.topics.get(key[0])) is not None
+            and t.topic_id == topic_id
+            and b.broker_id in t.assignment.get(key[1], ())
+        }
+        gone = self.offline.mark(b.broker_id, b.epoch, refused)
+        back = self.offline.clear(b.broker_id, b.epoch, event.applied)
+        if gone:
+            log.warning(
+                "broker %d refused %d replicas (KAFKA_STORAGE_ERROR; first %s-%d): offline "
+                "there, moving their leadership and taking them out of the ISR",
+                b.broker_id,
+                len(gone),
+                *gone[0],
+            )
+        if back:
+            log.info("broker %d hosts %d replicas it had refused", b.broker_id, len(back))
+        changed = await self.write(self.reconcile([*gone, *back]))
+        if not changed:
+            return
+        lost = set(gone)
+        self.send_leader_and_isr([k for k in changed if k in lost], exclude=b.broker_id)
+        self.send_leader_and_isr([k for k in changed if k not in lost])
+        self.send_update_metadata()
 
     async def _broker_died(self, broker: st.Broker) -> None:
         """``broker``'s process is dead (module doc): end its registration, fail it over."""

@@ -3,7 +3,10 @@ loop and tested directly.
 
 Vocabulary: ``replicas`` is the partition's replica list (``replicas[0]`` is the preferred
 leader); ``live`` the brokers registered in etcd; ``shutting`` the live brokers in controlled
-shutdown (alive, but never elected and dropped from ISRs). Every function returns the
+shutdown (alive, but never elected and dropped from ISRs); ``offline`` the live brokers whose
+replica of this one partition is offline (the broker refused to host it, answering
+LeaderAndIsr with ``KAFKA_STORAGE_ERROR``: Kafka's offline replica, KIP-112): never elected,
+dropped from the ISR, and no longer leading it. Every function returns the
 partition's *next* state, or None when nothing changes; a returned state keeps
 ``current.mod_revision`` (the value the fenced write compares).
 
@@ -54,15 +57,17 @@ def elect(
     *,
     unclean: bool = False,
     shutting: Collection[int] = NO_SHUTDOWN,
+    offline: Collection[int] = NO_SHUTDOWN,
 ) -> st.PartitionState | None:
     """The partition's next state given the live brokers (the broker-change election).
 
     ``current`` None: a new partition (leader = first eligible replica, ISR = eligible
     replicas, or every replica when none is alive). A healthy leader keeps leading and only
-    dead (or shutting-down) members leave its ISR. A leader in controlled shutdown with no
-    eligible successor keeps leading (ControlledShutdown reports it as remaining).
+    dead, shutting-down or offline members leave its ISR. A leader in controlled shutdown with
+    no eligible successor keeps leading (ControlledShutdown reports it as remaining); an
+    offline leader with none gives way to leader -1 (its replica does not exist).
     """
-    eligible = [r for r in replicas if r in live and r not in shutting]
+    eligible = [r for r in replicas if r in live and r not in shutting and r not in offline]
     if current is None:
         return st.PartitionState(
             leader=eligible[0] if eligible else -1,
@@ -79,8 +84,8 @@ def elect(
     candidates = [r for r in eligible if r in current.isr]
     if candidates:
         return _changed(current, controller_epoch, leader=candidates[0], isr=in_isr)
-    if current.leader in live:  # shutting down, nobody to take over: stays for now
-        return None
+    if current.leader in live and current.leader not in offline:
+        return None  # shutting down, nobody to take over: stays for now
     if unclean and eligible:
         return _changed(current, controller_epoch, leader=eligible[0], isr=(eligible[0],))
     if current.leader == -1:

@@ -36,6 +36,11 @@ OFFLINE_PARTITIONS = prom.Gauge(
     "Partitions without a leader (leader -1): unavailable for produce and fetch "
     "(active controller; 0 standby)",
 )
+OFFLINE_REPLICAS = prom.Gauge(
+    "headwater_controller_offline_replicas",
+    "Replicas a live broker refused to host (KAFKA_STORAGE_ERROR, e.g. its open-file limit): "
+    "never leaders, not in the ISR (active controller; 0 standby)",
+)
 LEADER_ELECTIONS = prom.Counter(
     "headwater_controller_leader_elections_total",
     "Partition leader changes to a live broker written by this controller (failover, "
@@ -58,9 +63,10 @@ def observe_transition(old: Any | None, new: Any) -> None:
         UNCLEAN_LEADER_ELECTIONS.inc()
 
 
-def refresh(partitions: Mapping[Any, Any] | None) -> None:
+def refresh(partitions: Mapping[Any, Any] | None, offline_replicas: int = 0) -> None:
     """Recompute the partition gauges from the active controller's partition states (None:
-    standby, all 0)."""
+    standby, all 0) and its count of offline replicas."""
+    OFFLINE_REPLICAS.set(offline_replicas if partitions is not None else 0)
     if partitions is None:
         PARTITIONS.set(0)
         OFFLINE_PARTITIONS.set(0)

@@ -10,7 +10,9 @@ topic's effective ``unclean.leader.election.enable``, resolved like every topic 
 (:func:`headwater.config.resolve_topic_config`): the topic override, else the cluster-wide
 default (``configs alter --entity-type brokers --entity-default``), else the built-in default
 (false). A dead follower leaves the ISR. Brokers in controlled shutdown (``shutting_down``)
-are never elected. Every leader change bumps ``leader_epoch``; every change bumps
+are never elected, and neither are offline replicas (a broker refused to host the partition:
+:mod:`services.controller.offline_replicas`); those also leave the ISR and give up leading.
+Every leader change bumps ``leader_epoch``; every change bumps
 ``partition_epoch``.
 
 :meth:`PartitionLeadership.write` is the one way a changed partition state is adopted: fenced
@@ -31,6 +33,7 @@ from services.controller import cluster_state as cs
 from services.controller import metrics
 from services.controller import state as st
 from services.controller.leadership import elect
+from services.controller.offline_replicas import OfflineReplicas
 from services.controller.requests import BrokerRequests
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,8 @@ class PartitionLeadership(BrokerRequests):
     shutting_down: set[int]
     #: the cluster-wide defaults of topic settings without an override
     topic_defaults: dict[str, str]
+    #: replicas live brokers refused to host (never elected, out of the ISR)
+    offline: OfflineReplicas
 
     def all_keys(self) -> list[PartitionKey]:
         assert self.state is not None
@@ -73,6 +78,7 @@ class PartitionLeadership(BrokerRequests):
                 self.epoch,
                 unclean=unclean[key[0]],
                 shutting=self.shutting_down,
+                offline=self.offline.brokers(key, topic.topic_id),
             )
             if new is not None:
                 out[key] = new

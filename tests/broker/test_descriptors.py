@@ -17,10 +17,12 @@ from headwater.v1.errors_pb2 import ErrorCode
 from services.broker.descriptors import (
     FILES_PER_PARTITION,
     DescriptorBudget,
+    index_files_bound,
     open_descriptors,
 )
 from services.broker.metadata_cache import MetadataCache
 from services.broker.replica_manager import ReplicaManager
+from services.broker.storage.fileio import LazyFile, OpenFiles
 from services.broker.storage.log_manager import LogManager
 from tests.broker.lai_helpers import BROKER_EPOCH, ME, assignment, request
 
@@ -49,7 +51,10 @@ def test_new_partitions_past_the_limit_are_refused_and_hosted_ones_still_applied
         opened = open_descriptors()
         limit = opened + reserve + 2 * FILES_PER_PARTITION
         rm.descriptors = DescriptorBudget(
-            limit, reserve, count=lambda: opened + FILES_PER_PARTITION * len(rm.partitions)
+            limit,
+            reserve,
+            count=lambda: opened + FILES_PER_PARTITION * len(rm.partitions),
+            index_files=OpenFiles(0),  # no index files' headroom in this count
         )
         resp = await rm.leader_and_isr(request(*(assignment("t", p, 0) for p in range(4))))
         assert [r.error_code for r in resp.partitions] == [
@@ -74,10 +79,28 @@ def test_new_partitions_past_the_limit_are_refused_and_hosted_ones_still_applied
 
 @pytest.mark.fast
 def test_the_reserve_is_a_quarter_of_a_small_limit_so_a_1024_limit_still_hosts_partitions() -> None:
-    small = DescriptorBudget(1024, count=lambda: 40)
-    assert small.reserve == 256
-    assert small.room() == (1024 - 256 - 40) // FILES_PER_PARTITION
+    small = DescriptorBudget(1024, count=lambda: 40, index_files=OpenFiles(index_files_bound(1024)))
+    assert small.reserve == 256 and small.index_files.bound == 256
+    assert small.room() == 1024 - 256 - 256 - 40
     assert DescriptorBudget(20_000, count=lambda: 40).reserve == 1024
+
+
+@pytest.mark.fast
+def test_index_files_open_now_count_once_and_the_rest_of_their_bound_is_kept_free(
+    tmp_path: Path,
+) -> None:
+    """One descriptor per partition (its active log) plus the index files' bound: 10,000
+    partitions at RF=3 on 3 brokers fit a limit of 20,000 (three per partition did not)."""
+    files = OpenFiles(4)
+    opened = [LazyFile(tmp_path / f"{i}.index", files) for i in range(3)]
+    in_use = 3 + len(opened)  # the indexes open now are in the process' count
+    budget = DescriptorBudget(1000, 100, count=lambda: in_use, index_files=files)
+    assert len(files) == 3
+    assert budget.room() == 1000 - 100 - (4 - 3) - in_use
+    assert DescriptorBudget(20_000, count=lambda: 8).room() >= 10_000 * FILES_PER_PARTITION
+    for f in opened:
+        f.close()
+    assert len(files) == 0
 
 
 def test_the_soft_limit_is_raised_to_the_hard_one() -> None:

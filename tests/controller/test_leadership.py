@@ -184,3 +184,24 @@ def test_partition_state_codec_keeps_reassignment_fields() -> None:
     plain = ps(1, (1,))
     assert b"adding" not in plain.encode()
     assert st.PartitionState.decode(plain.encode(), 77) == plain
+
+
+def test_offline_replicas_are_never_elected_and_leave_the_isr() -> None:
+    # the leader refused the partition: leadership moves to a live ISR member, ISR shrinks
+    s = ld.elect([1, 2, 3], ps(1, (1, 2, 3)), {1, 2, 3}, 4, offline={1})
+    assert s is not None and (s.leader, s.isr, s.leader_epoch) == (2, (2, 3), 4)
+    # a follower refused it: the leader stays, the follower leaves the ISR
+    s = ld.elect([1, 2, 3], ps(1, (1, 2, 3)), {1, 2, 3}, 4, offline={3})
+    assert s is not None and (s.leader, s.isr, s.leader_epoch) == (1, (1, 2), 3)
+    # every ISR member refused it: no leader (unlike a shutting-down leader, which stays)
+    s = ld.elect([1, 2, 3], ps(1, (1, 3)), {1, 2, 3}, 4, offline={1, 3})
+    assert s is not None and (s.leader, s.isr) == (-1, (1, 3))
+    assert ld.elect([1, 2, 3], ps(1, (1,)), {1, 2, 3}, 4, shutting={1}) is None
+    # unclean election never picks an offline replica either
+    s = ld.elect([1, 2, 3], ps(1, (1,)), {1, 2, 3}, 4, offline={1, 2}, unclean=True)
+    assert s is not None and (s.leader, s.isr) == (3, (3,))
+    # a new partition: the first replica that is neither dead nor offline leads
+    s = ld.elect([1, 2, 3], None, {1, 2, 3}, 4, offline={1})
+    assert s is not None and (s.leader, s.isr) == (2, (2, 3))
+    # already out: nothing to change
+    assert ld.elect([1, 2, 3], ps(2, (2, 3)), {1, 2, 3}, 4, offline={1}) is None

@@ -15,7 +15,8 @@ For each request on the stream, one response:
    propose the follower joining the ISR;
 4. long poll: when no partition has anything past the follower's offset, wait up to
    ``max_wait_ms`` for an append or state change on any of them;
-5. read whole batches from ``fetch_offset`` up to the leader's LEO (not the HW: a follower
+5. a partition the follower has all of is answered at once (no read); for the others, read
+   whole batches from ``fetch_offset`` up to the leader's LEO (not the HW: a follower
    needs everything), at most ``max_bytes`` per partition (clamped to 16 MiB; at least the
    first batch), and answer with the HW. ``max_wait_ms`` is clamped to 30 s.
 """
@@ -105,13 +106,19 @@ async def answer(
     # long poll until some partition has records for the follower (or the deadline)
     with metrics.REPLICA_FETCH_WAITING.labels(str(req.replica_id)).track_inprogress():
         await _long_poll(req, led, deadline, bool(errors))
-    results = await asyncio.gather(
-        *(
-            _partition_data(req, i, led.get(i), errors.get(i), max_bytes)
-            for i in range(len(req.partitions))
+    # a caught-up partition (the common case of an idle session) is answered here; only
+    # those with records to read are read (off the loop), concurrently
+    results: list[broker_pb2.ReplicaFetchPartitionData | None] = [
+        _caught_up(req, i, led.get(i), errors.get(i)) for i in range(len(req.partitions))
+    ]
+    pending = [i for i, r in enumerate(results) if r is None]
+    if pending:
+        read = await asyncio.gather(
+            *(_partition_data(req, i, led.get(i), errors.get(i), max_bytes) for i in pending)
         )
-    )
-    return broker_pb2.ReplicaFetchResponse(partitions=results)
+        for i, r in zip(pending, read, strict=True):
+            results[i] = r
+    return broker_pb2.ReplicaFetchResponse(partitions=[r for r in results if r is not None])
 
 
 async def _long_poll(
@@ -124,20 +131,39 @@ async def _long_poll(
     leadership, or the deadline passed (not at all when some partition has an error)."""
     loop = asyncio.get_running_loop()
     while not has_errors and led:
-        events = [p.appended() for p in led.values()]
         if any(req.partitions[i].fetch_offset < p.log_end_offset for i, p in led.items()):
             return
         remaining = deadline - loop.time()
         if remaining <= 0:
             return
-        waiters = [asyncio.ensure_future(e.wait()) for e in events]
+        # one future woken by any of the partitions (no task per partition: an idle session
+        # over thousands of partitions waits here twice a second)
+        wake: asyncio.Future[None] = loop.create_future()
+        for p in led.values():
+            p.wake_on_append(wake)
         try:
-            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([wake], timeout=remaining)
         finally:
-            for w in waiters:
-                w.cancel()
+            for p in led.values():
+                p.forget_waiter(wake)
+            wake.cancel()
         if any(not p.is_leader for p in led.values()):
             return
+
+
+def _caught_up(
+    req: broker_pb2.ReplicaFetchRequest, i: int, p: Partition | None, err: BaseException | None
+) -> broker_pb2.ReplicaFetchPartitionData | None:
+    """The answer for a led partition the follower has all of (nothing to read), else None."""
+    fp = req.partitions[i]
+    if p is None or err is not None or not p.is_leader or fp.fetch_offset != p.log_end_offset:
+        return None
+    return broker_pb2.ReplicaFetchPartitionData(
+        topic=fp.topic,
+        partition=fp.partition,
+        high_watermark=p.high_watermark,
+        log_start_offset=p.log_start_offset,
+    )
 
 
 async def _partition_data(

@@ -147,12 +147,21 @@ class LeaderFetcher:
         todo = []
         for d in resp.partitions:
             s = sent.get((d.topic, d.partition))
-            if s is not None and self.states.get(s.partition.key) is s:
-                todo.append(self._apply(s, d))
+            if s is None or self.states.get(s.partition.key) is not s:
+                continue
+            if d.error_code == ErrorCode.NONE and not d.records:
+                # caught up (an idle round's every partition): the HW alone, no task
+                done = s.partition.caught_up_as_follower(s.leader_epoch, d.high_watermark)
+                if done is False:
+                    self.states.pop(s.partition.key, None)
+                if done is not None:
+                    continue
+            todo.append(self._apply(s, d))
         # One entry per partition, each appended under its own lock: concurrently, so a
         # round's appends (a thread hop each; the first batch of a new leader epoch also
         # fsyncs the leader-epoch checkpoint) overlap instead of adding up.
-        await asyncio.gather(*todo)
+        if todo:
+            await asyncio.gather(*todo)
 
     async def _apply(self, s: FetchState, d: broker_pb2.ReplicaFetchPartitionData) -> None:
         p = s.partition

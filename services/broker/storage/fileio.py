@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import errno
 import os
 import shutil
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 #: Suffix of a directory renamed aside for deletion (Kafka's ``-delete``): it never matches
@@ -64,49 +67,129 @@ def pread_into(fd: int, buf: bytearray, size: int, position: int) -> int:
     return got
 
 
-class LazyFile:
-    """A file opened (``O_RDWR | O_CREAT | O_APPEND``) when first needed, closable in between.
+class OpenFiles:
+    """A bound on how many :class:`LazyFile` descriptors are open at once (issue 17 item 4).
 
-    Index files of sealed segments are only read once (at load) and written again only by a
-    truncation, so their segment releases the descriptor: a partition with thousands of
-    segments holds one descriptor per segment (its log file), not three.
+    Every hosted partition's active segment has two index files, written once per
+    ``index.interval.bytes`` of appended log; keeping both open would cost every partition three
+    descriptors (with its log file), which caps a broker at a third of its open-file limit.
+    Instead the index files of all partitions share this least-recently-used set: opening one
+    past :attr:`bound` closes the least recently used ones that nobody is using at that moment;
+    they reopen on their next write. The index entries themselves live in memory, so readers
+    never need these descriptors. ``bound`` (the broker's ``--index-files-open-max``) may be
+    changed at any time; it takes effect at the next open.
     """
 
-    __slots__ = ("_closed", "_fd", "path")
+    def __init__(self, bound: int = 1024) -> None:
+        self.bound = bound
+        self._lru: collections.OrderedDict[LazyFile, None] = collections.OrderedDict()
+        self._lock = threading.Lock()
 
-    def __init__(self, path: os.PathLike[str] | str) -> None:
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def _opened(self, f: LazyFile) -> None:
+        """``f`` (whose lock the caller holds) opened its descriptor: close others past the
+        bound. A file in use (its lock held) is skipped, so the set may exceed the bound
+        briefly by the files being used at once."""
+        with self._lock:
+            self._lru[f] = None
+            excess = len(self._lru) - self.bound
+            if excess <= 0:
+                return
+            for victim in list(self._lru):
+                if excess <= 0:
+                    break
+                if victim is f or not victim._lock.acquire(blocking=False):
+                    continue
+                try:
+                    victim._close_fd()
+                finally:
+                    victim._lock.release()
+                del self._lru[victim]
+                excess -= 1
+
+    def _touch(self, f: LazyFile) -> None:
+        with self._lock:
+            if f in self._lru:
+                self._lru.move_to_end(f)
+
+    def _forget(self, f: LazyFile) -> None:
+        with self._lock:
+            self._lru.pop(f, None)
+
+
+#: The broker's one set of open index files (``--index-files-open-max``).
+INDEX_FILES = OpenFiles()
+
+
+class LazyFile:
+    """A file opened (``O_RDWR | O_CREAT | O_APPEND``) when needed, closable in between.
+
+    Its descriptor is used only inside :meth:`use` (under the file's lock), so :class:`OpenFiles`
+    can close it between uses from any thread without a use ever writing through a closed
+    (or reused) descriptor number. Index files of sealed segments are released for good
+    (read once at load, written again only by a truncation); those of active segments count
+    in ``files`` and are closed when others were used more recently.
+    """
+
+    __slots__ = ("__weakref__", "_closed", "_fd", "_files", "_lock", "path")
+
+    def __init__(self, path: os.PathLike[str] | str, files: OpenFiles = INDEX_FILES) -> None:
         self.path = path
         self._closed = False
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._files = files
+        self._lock = threading.Lock()
+        self._fd = -1
+        with self.use():  # creates the file
+            pass
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[int]:
+        """The open descriptor, valid inside the ``with`` block only (reopened if released).
+        Raises ``OSError(EBADF)`` after :meth:`close`."""
+        with self._lock:
+            if self._closed:
+                raise OSError(errno.EBADF, f"{self.path} is closed")
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                self._files._opened(self)
+            else:
+                self._files._touch(self)
+            yield self._fd
 
     @property
-    def fd(self) -> int:
-        if self._closed:
-            raise OSError(errno.EBADF, f"{self.path} is closed")
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+    def is_open(self) -> bool:
+        return self._fd >= 0
 
     def fsync(self) -> None:
-        if self._fd >= 0 or self._closed:
-            os.fsync(self.fd)  # raises EBADF when closed for good
-            return
-        fd = os.open(self.path, os.O_RDONLY)
+        """fsync the file (through a descriptor of its own, so writers do not wait)."""
+        with self._lock:
+            if self._closed:
+                raise OSError(errno.EBADF, f"{self.path} is closed")
+            fd = os.dup(self._fd) if self._fd >= 0 else os.open(self.path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
 
-    def release(self) -> None:
-        """Close the descriptor; the next use reopens the file."""
+    def _close_fd(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
+    def release(self) -> None:
+        """Close the descriptor; the next use reopens the file."""
+        with self._lock:
+            self._close_fd()
+        self._files._forget(self)
+
     def close(self) -> None:
         """Close for good: later uses raise ``OSError(EBADF)`` instead of reopening."""
-        self.release()
-        self._closed = True
+        with self._lock:
+            self._close_fd()
+            self._closed = True
+        self._files._forget(self)
 
 
 def replace_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:

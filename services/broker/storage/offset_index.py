@@ -72,11 +72,12 @@ class OffsetIndex:
         a position at or beyond ``log_size``, or a first entry at position 0 (which the
         writer never produces). The caller rebuilds a damaged index from the log.
         """
-        st = os.fstat(self._file.fd)
-        if st.st_size % ENTRY_SIZE:
+        with self._file.use() as fd:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, size, 0) if size and size % ENTRY_SIZE == 0 else b""
+        if size % ENTRY_SIZE:
             self._cols = (array("I"), array("I"))
             return False
-        data = os.pread(self._file.fd, st.st_size, 0) if st.st_size else b""
         table = np.frombuffer(data, dtype="<u4").reshape(-1, 2).astype(np.int64)
         ok = bool(np.all(np.diff(table, axis=0) > 0))
         if ok and len(table) and (table[0, 1] == 0 or int(table[-1, 1]) >= log_size):
@@ -111,7 +112,8 @@ class OffsetIndex:
             pos.append(position)
             out += ENTRY.pack(r, position)
             last_rel, last_pos = r, position
-        fileio.write_all(self._file.fd, out)
+        with self._file.use() as fd:
+            fileio.write_all(fd, out)
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries whose offset is >= ``offset`` (memory and file)."""
@@ -122,12 +124,14 @@ class OffsetIndex:
         """Keep the first ``n`` entries (a new column tuple: readers keep theirs)."""
         rel, pos = self._cols
         self._cols = (rel[:n], pos[:n])
-        os.ftruncate(self._file.fd, n * ENTRY_SIZE)
+        with self._file.use() as fd:
+            os.ftruncate(fd, n * ENTRY_SIZE)
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
         """Replace everything with ``entries`` (used after a rebuild scan)."""
         self._cols = (array("I"), array("I"))
-        os.ftruncate(self._file.fd, 0)
+        with self._file.use() as fd:
+            os.ftruncate(fd, 0)
         self.append_many(entries)
 
     # -- reader side --------------------------------------------------------------------

@@ -57,11 +57,13 @@ class TimeIndex:
         Damaged: size not a multiple of 12, timestamps not strictly increasing, offsets
         decreasing, or an offset above ``max_offset`` (the segment's last offset, when known).
         """
-        size = os.fstat(self._file.fd).st_size
+        with self._file.use() as fd:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, size, 0) if size and size % ENTRY_SIZE == 0 else b""
         self._cols = (array("q"), array("I"))
         if size % ENTRY_SIZE:
             return False
-        table = np.frombuffer(os.pread(self._file.fd, size, 0) if size else b"", dtype=_DTYPE)
+        table = np.frombuffer(data, dtype=_DTYPE)
         ts = table["ts"].astype(np.int64)
         rel = table["rel"].astype(np.int64)
         ok = bool(np.all(np.diff(ts) > 0) and np.all(np.diff(rel) >= 0))
@@ -93,7 +95,8 @@ class TimeIndex:
             out += ENTRY.pack(ts, r)
             last_ts, last_rel = ts, r
         if out:
-            fileio.write_all(self._file.fd, out)
+            with self._file.use() as fd:
+                fileio.write_all(fd, out)
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries whose offset is >= ``offset`` (memory and file)."""
@@ -106,11 +109,13 @@ class TimeIndex:
         """Keep the first ``n`` entries (a new column tuple: readers keep theirs)."""
         ts_col, rel_col = self._cols
         self._cols = (ts_col[:n], rel_col[:n])
-        os.ftruncate(self._file.fd, n * ENTRY_SIZE)
+        with self._file.use() as fd:
+            os.ftruncate(fd, n * ENTRY_SIZE)
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
         self._cols = (array("q"), array("I"))
-        os.ftruncate(self._file.fd, 0)
+        with self._file.use() as fd:
+            os.ftruncate(fd, 0)
         self.maybe_append_many(entries)
 
     # -- reader side --------------------------------------------------------------------

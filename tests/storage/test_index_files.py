@@ -1,0 +1,68 @@
+"""Index files opened on demand (issue 17 item 4): the broker's open index files are a bounded
+least-recently-used set (fileio.OpenFiles); a closed one reopens on its next write and loses
+nothing, and a file being used is never closed under its user."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from storage_helpers import append, make_batch, read_all
+
+from services.broker.storage import fileio
+from services.broker.storage.fileio import LazyFile, OpenFiles
+
+pytestmark = pytest.mark.fast
+
+
+def test_past_the_bound_the_least_recently_used_idle_files_close_and_reopen_on_use(
+    tmp_path: Path,
+) -> None:
+    files = OpenFiles(1)
+    a = LazyFile(tmp_path / "a", files)
+    with a.use() as fd:
+        os.write(fd, b"a1")
+        b = LazyFile(tmp_path / "b", files)  # a is in use: not closed under its user
+        assert a.is_open and b.is_open and len(files) == 2
+        os.write(fd, b"a2")
+    c = LazyFile(tmp_path / "c", files)
+    assert (a.is_open, b.is_open, c.is_open) == (False, False, True) and len(files) == 1
+    a.fsync()  # a closed file is still synced (through a descriptor of its own)
+    with a.use() as fd:  # reopened, appending where it was
+        os.write(fd, b"a3")
+    assert (tmp_path / "a").read_bytes() == b"a1a2a3"
+    assert not c.is_open and len(files) == 1
+    for f in (a, b, c):
+        f.close()
+    assert len(files) == 0
+    with pytest.raises(OSError), a.use():
+        pass
+
+
+def test_logs_keep_every_index_entry_when_their_index_files_are_closed_between_writes(
+    open_log, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fileio.INDEX_FILES, "bound", 4)
+    logs = [open_log(tmp_path / f"t-{i}", index_interval_bytes=1) for i in range(5)]
+    batches = [make_batch(tag=r) for r in range(3)]
+    for batch in batches:
+        for log in logs:
+            append(log, batch)
+    # 5 active segments' 10 index files written in turn, at most 4 open
+    assert len(fileio.INDEX_FILES) <= 4
+    for i, log in enumerate(logs):
+        log.flush()
+        seg = log._segments[-1]
+        assert len(seg.offset_index) == 2  # every batch after the first is indexed
+        assert seg.offset_index.path.stat().st_size == 2 * 8, i
+        assert len(read_all(log)) == sum(map(len, batches))
+        assert len(read_all(log, 6)) == len(batches[2])  # found through the index
+        log.close()
+    # reopened: both indexes load as written (no rebuild needed), every record is there
+    for i in range(5):
+        log = open_log(tmp_path / f"t-{i}", index_interval_bytes=1)
+        seg = log._segments[-1]
+        assert seg.indexes_existed and len(seg.offset_index) == 2
+        assert log.log_end_offset == 9
+        log.close()
