@@ -72,14 +72,17 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Appends up to this size with no fsync per append (``flush.messages`` unset), and reads of at
-#: most ``_INLINE_READ_RECORDS`` records below the bound (the tail, in the page cache), run on
-#: the event loop: a page-cache write or read of that size takes tens of microseconds, less
-#: than the worker-thread hop (two GIL hand-offs, a wake-up) it replaces. Measured at 10 MB/s of
-#: 1 KiB records, linger 0 (bench/peers/headwater.py e2e, issue 10): append p50 1.3-2.3 ms ->
-#: 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU -20%. An append goes to a
-#: worker thread after all when another thread holds the log (flush pass, cleaner, retention) or
-#: it starts a new leader epoch (an fsynced file): Log.append_if_uncontended.
+#: Appends up to this size with no fsync per append (``flush.messages`` unset), leader and
+#: follower alike, and reads of at most ``_INLINE_READ_RECORDS`` records below the bound (the
+#: high watermark for consumers, the log end for a follower's fetch: the tail, in the page
+#: cache), run on the event loop: a page-cache write or read of that size takes tens of
+#: microseconds, less than the worker-thread hop (two GIL hand-offs, a wake-up) it replaces.
+#: Measured at 10 MB/s of 1 KiB records, linger 0 (bench/peers/headwater.py e2e, issue 10):
+#: append p50 1.3-2.3 ms -> 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU
+#: -20%. An append goes to a worker thread after all when another thread holds the log (flush
+#: pass, cleaner, retention) or it starts a new leader epoch (a file): Log.append_if_uncontended
+#: and Log.append_as_follower_if_uncontended. With 1,000 partitions a follower's fetch round
+#: and a leader's answer to it were a thousand thread hops each, every round (issue 17 item 3).
 _INLINE_APPEND_BYTES = 256 * 1024
 _INLINE_READ_RECORDS = 256
 
@@ -508,11 +511,16 @@ class Partition:
             if not self._check_following(leader_epoch):
                 return False
             if records:
+                done = False
+                if len(records) <= _INLINE_APPEND_BYTES and self.config.flush_messages <= 0:
+                    batches = list(iter_headers(records))
+                    done = self.log.append_as_follower_if_uncontended(records, batches) is not None
+                if not done:
 
-                def write() -> None:
-                    self.log.append_as_follower(records, list(iter_headers(records)))
+                    def write() -> None:
+                        self.log.append_as_follower(records, list(iter_headers(records)))
 
-                await asyncio.to_thread(write)
+                    await asyncio.to_thread(write)
                 self._refresh_unstable()
             self._follower_hw(leader_hw)
         if records:
@@ -554,7 +562,8 @@ class Partition:
     async def read(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
         """Whole batches from ``offset`` up to ``max_offset`` (a FetchSlice), off the loop
         unless it is a short read of the tail."""
-        if max_offset is not None and 0 <= max_offset - offset <= _INLINE_READ_RECORDS:
+        bound = self.log_end_offset if max_offset is None else max_offset
+        if 0 <= bound - offset <= _INLINE_READ_RECORDS:
             return self.log.read(offset, max_bytes, max_offset)
         return await asyncio.to_thread(self.log.read, offset, max_bytes, max_offset)
 

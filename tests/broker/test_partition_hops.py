@@ -1,0 +1,96 @@
+"""A follower's small appends and a leader's tail reads for its followers run on the event loop
+(no worker-thread hop per partition per fetch round, issue 17 item 3); an append that adds a
+leader-epoch entry, and a read far behind the log end, still go to a worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headwater.batch import encode_batch, validate_batches
+from headwater.config import TopicConfig
+from services.broker import partition as partition_mod
+from services.broker.partition import LeaderState, Partition
+from services.broker.storage.log import Log
+
+pytestmark = pytest.mark.fast
+
+
+def _batch(n: int, tag: int) -> bytes:
+    return encode_batch(
+        [f"{tag}:{i}".encode() for i in range(n)], timestamps=[1000 + i for i in range(n)]
+    )
+
+
+class Hops:
+    """Counts the partition module's worker-thread hops (and still makes them)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        real = asyncio.to_thread
+
+        async def to_thread(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            self.calls.append(getattr(fn, "__name__", repr(fn)))
+            return await real(fn, *args, **kwargs)
+
+        monkeypatch.setattr(partition_mod.asyncio, "to_thread", to_thread)
+
+
+async def _leader_and_follower(tmp_path: Path) -> tuple[Partition, Partition]:
+    config = TopicConfig()
+    leader = Partition("t", 0, Log(tmp_path / "a" / "t-0", config), config, 1)
+    follower = Partition("t", 0, Log(tmp_path / "b" / "t-0", config), config, 2)
+    state = LeaderState(1, 3, 0, (1, 2), (1, 2))
+    await leader.become_leader(state, 0.0)
+    await follower.become_follower(state)
+    return leader, follower
+
+
+async def _replicate(leader: Partition, follower: Partition) -> None:
+    part = await leader.read(follower.log_end_offset, 1 << 20, None)
+    assert await follower.append_as_follower(part.data, 3, leader.high_watermark)
+
+
+def test_follower_rounds_hop_only_for_a_new_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def main() -> None:
+        leader, follower = await _leader_and_follower(tmp_path)
+        for tag in range(3):
+            buf = _batch(2, tag)
+            await leader.append(
+                buf, validate_batches(buf, max_batch_bytes=1 << 20), acks_all=False, timeout_ms=0
+            )
+        hops = Hops(monkeypatch)
+        await _replicate(leader, follower)  # the first batches of epoch 3 on the follower
+        assert hops.calls == ["write"]  # the append adds the epoch entry: a worker thread
+        assert follower.log_end_offset == leader.log_end_offset == 6
+        assert follower.log.epochs.entries == leader.log.epochs.entries
+        hops.calls.clear()
+        for tag in range(3, 8):  # the steady state: one batch per round
+            buf = _batch(1, tag)
+            await leader.append(
+                buf, validate_batches(buf, max_batch_bytes=1 << 20), acks_all=False, timeout_ms=0
+            )
+            await _replicate(leader, follower)
+        await _replicate(leader, follower)  # a round at the log end: nothing to read
+        assert hops.calls == []
+        assert follower.log_end_offset == leader.log_end_offset == 11
+        a = await leader.read(0, 1 << 20, None)
+        b = await follower.read(0, 1 << 20, None)
+        assert a.data == b.data
+        # a follower far behind reads in a worker thread
+        for tag in range(8, 8 + 300):
+            buf = _batch(1, tag)
+            await leader.append(
+                buf, validate_batches(buf, max_batch_bytes=1 << 20), acks_all=False, timeout_ms=0
+            )
+        await leader.read(0, 1 << 20, None)
+        assert hops.calls == ["read"]
+        leader.log.close()
+        follower.log.close()
+
+    asyncio.run(main())
