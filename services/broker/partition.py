@@ -36,9 +36,11 @@ unstable offset is read from the Log by the writer after every log mutation and 
 changing).
 
 Notifications: ``changed()`` (HW or LSO advance, or state change; consumer fetch streams and
-acks=all waiters) and ``appended()`` (any leader append or state change; replica fetch
-long-polls). Both are ``asyncio.Event``s replaced when fired, so a waiter captures the event,
-checks its condition, then awaits, without missing a wake-up.
+acks=all waiters) is an ``asyncio.Event`` replaced when fired, so a waiter captures the event,
+checks its condition, then awaits, without missing a wake-up. Any leader append or state
+change completes the futures registered with ``watch_appended`` (replica fetch long-polls: one
+future for all the partitions of a request, registered in the same step as the check of their
+log ends, instead of a task per partition waiting on an event).
 """
 
 from __future__ import annotations
@@ -165,7 +167,7 @@ class Partition:
         self._first_unstable: int | None = None
         self._append_lock = asyncio.Lock()
         self._changed = asyncio.Event()
-        self._appended = asyncio.Event()
+        self._append_watchers: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -292,9 +294,13 @@ class Partition:
         """The event set at the next HW advance or state change (capture, check, then wait)."""
         return self._changed
 
-    def appended(self) -> asyncio.Event:
-        """The event set at the next leader append or state change."""
-        return self._appended
+    def watch_appended(self, fut: asyncio.Future[None]) -> None:
+        """Complete ``fut`` at the next leader append or state change (once; a future already
+        done is left alone). Pair with :meth:`unwatch_appended`."""
+        self._append_watchers.add(fut)
+
+    def unwatch_appended(self, fut: asyncio.Future[None]) -> None:
+        self._append_watchers.discard(fut)
 
     def _notify(self) -> None:
         event, self._changed = self._changed, asyncio.Event()
@@ -302,8 +308,10 @@ class Partition:
         self._notify_appended()
 
     def _notify_appended(self) -> None:
-        event, self._appended = self._appended, asyncio.Event()
-        event.set()
+        watchers, self._append_watchers = self._append_watchers, set()
+        for fut in watchers:
+            if not fut.done():
+                fut.set_result(None)
 
     # ------------------------------------------------------------------ leader: followers, HW
 

@@ -94,3 +94,44 @@ def test_follower_rounds_hop_only_for_a_new_epoch(
         follower.log.close()
 
     asyncio.run(main())
+
+
+def test_a_replica_long_poll_wakes_at_an_append_on_any_partition(tmp_path: Path) -> None:
+    """The replica fetch long poll waits on one future for all its partitions: an append to
+    any of them wakes it, the deadline ends it, and it leaves no watcher behind."""
+    from headwater.v1 import broker_pb2
+    from services.broker.handlers.replica_fetch import _long_poll
+
+    async def main() -> None:
+        config = TopicConfig()
+        state = LeaderState(1, 0, 0, (1, 2), (1, 2))
+        parts = [Partition("t", i, Log(tmp_path / f"t-{i}", config), config, 1) for i in range(20)]
+        for p in parts:
+            await p.become_leader(state, 0.0)
+        req = broker_pb2.ReplicaFetchRequest(
+            replica_id=2,
+            partitions=[
+                broker_pb2.ReplicaFetchPartition(topic="t", partition=i, fetch_offset=0)
+                for i in range(20)
+            ],
+        )
+        led = dict(enumerate(parts))
+        loop = asyncio.get_running_loop()
+        poll = asyncio.ensure_future(_long_poll(req, led, loop.time() + 60, False))
+        await asyncio.sleep(0)  # the poll is waiting now: every log end is 0
+        assert not poll.done()
+        assert all(len(p._append_watchers) == 1 for p in parts)
+        buf = _batch(1, 0)
+        await parts[17].append(
+            buf, validate_batches(buf, max_batch_bytes=1 << 20), acks_all=False, timeout_ms=0
+        )
+        await asyncio.wait_for(poll, 10)
+        assert all(not p._append_watchers for p in parts)
+        # nothing new past the fetch offsets: the deadline ends the wait
+        req.partitions[17].fetch_offset = 1
+        await _long_poll(req, led, loop.time() + 0.05, False)
+        assert all(not p._append_watchers for p in parts)
+        for p in parts:
+            p.log.close()
+
+    asyncio.run(main())

@@ -124,18 +124,22 @@ async def _long_poll(
     leadership, or the deadline passed (not at all when some partition has an error)."""
     loop = asyncio.get_running_loop()
     while not has_errors and led:
-        events = [p.appended() for p in led.values()]
         if any(req.partitions[i].fetch_offset < p.log_end_offset for i, p in led.items()):
             return
         remaining = deadline - loop.time()
         if remaining <= 0:
             return
-        waiters = [asyncio.ensure_future(e.wait()) for e in events]
+        # one future for every partition, registered in the same step as the check above
+        # (no append can slip in between); not a task per partition per wait
+        woken: asyncio.Future[None] = loop.create_future()
+        for p in led.values():
+            p.watch_appended(woken)
         try:
-            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({woken}, timeout=remaining)
         finally:
-            for w in waiters:
-                w.cancel()
+            woken.cancel()
+            for p in led.values():
+                p.unwatch_appended(woken)
         if any(not p.is_leader for p in led.values()):
             return
 
