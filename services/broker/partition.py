@@ -511,10 +511,38 @@ class Partition:
     def _check_following(self, leader_epoch: int) -> bool:
         return self.role is Role.FOLLOWER and self.leader_epoch == leader_epoch
 
+    def append_as_follower_now(
+        self, records: bytes, leader_epoch: int, leader_hw: int
+    ) -> bool | None:
+        """:meth:`append_as_follower` without awaiting (a follower round's appends need no task
+        each), or None (nothing done) when it would have to wait: another coroutine holds the
+        partition (a role change, a truncation), or the append goes to a worker thread (over
+        the inline size, an fsync per append, a new leader epoch, the log held by a thread).
+        Raises what :meth:`append_as_follower` raises."""
+        if self._append_lock.locked():
+            return None
+        if not self._check_following(leader_epoch):
+            return False
+        if records:
+            if len(records) > _INLINE_APPEND_BYTES or self.config.flush_messages > 0:
+                return None
+            batches = list(iter_headers(records))
+            if self.log.append_as_follower_if_uncontended(records, batches) is None:
+                return None
+            self._refresh_unstable()
+        self._follower_hw(leader_hw)
+        if records:
+            metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
+        return True
+
     async def append_as_follower(self, records: bytes, leader_epoch: int, leader_hw: int) -> bool:
         """Append the leader's batches as they are (CRCs checked, offsets must continue the
         log) and move the HW to ``min(leader_hw, LEO)``. False (nothing written) when this
-        replica no longer follows in ``leader_epoch``."""
+        replica no longer follows in ``leader_epoch``. Small appends run on the event loop
+        (:meth:`append_as_follower_now`), others in a worker thread."""
+        done = self.append_as_follower_now(records, leader_epoch, leader_hw)
+        if done is not None:
+            return done
         async with self._append_lock:
             if not self._check_following(leader_epoch):
                 return False
@@ -567,12 +595,19 @@ class Partition:
 
     # ------------------------------------------------------------------ reads
 
-    async def read(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
-        """Whole batches from ``offset`` up to ``max_offset`` (a FetchSlice), off the loop
-        unless it is a short read of the tail."""
+    def read_now(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
+        """:meth:`read` without awaiting when it is a short read of the tail, else None."""
         bound = self.log_end_offset if max_offset is None else max_offset
         if 0 <= bound - offset <= _INLINE_READ_RECORDS:
             return self.log.read(offset, max_bytes, max_offset)
+        return None
+
+    async def read(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
+        """Whole batches from ``offset`` up to ``max_offset`` (a FetchSlice), off the loop
+        unless it is a short read of the tail."""
+        now = self.read_now(offset, max_bytes, max_offset)
+        if now is not None:
+            return now
         return await asyncio.to_thread(self.log.read, offset, max_bytes, max_offset)
 
     async def offset_for_timestamp(self, timestamp: int) -> Any:

@@ -135,3 +135,35 @@ def test_a_replica_long_poll_wakes_at_an_append_on_any_partition(tmp_path: Path)
             p.log.close()
 
     asyncio.run(main())
+
+
+def test_a_follower_append_now_declines_what_would_wait(tmp_path: Path) -> None:
+    """Partition.append_as_follower_now (a follower round's appends, no task each) appends a
+    small batch of the current epoch at once; it does nothing and returns None when the
+    partition is held by another coroutine or the batch starts a new epoch, and False when
+    this replica no longer follows in that epoch."""
+
+    async def main() -> None:
+        leader, follower = await _leader_and_follower(tmp_path)
+        buf = _batch(2, 0)
+        hdrs = validate_batches(buf, max_batch_bytes=1 << 20)
+        await leader.append(buf, hdrs, acks_all=False, timeout_ms=0)
+        first = (await leader.read(0, 1 << 20, None)).data
+        assert follower.append_as_follower_now(first, 3, 2) is None  # epoch 3 is new here
+        assert follower.log_end_offset == 0
+        assert await follower.append_as_follower(first, 3, 2)  # a worker thread writes it
+        buf = _batch(1, 1)
+        await leader.append(
+            buf, validate_batches(buf, max_batch_bytes=1 << 20), acks_all=False, timeout_ms=0
+        )
+        tail = (await leader.read(2, 1 << 20, None)).data
+        async with follower._append_lock:  # a role change or a truncation in progress
+            assert follower.append_as_follower_now(tail, 3, 3) is None
+        assert follower.log_end_offset == 2
+        assert follower.append_as_follower_now(tail, 2, 3) is False  # not epoch 2's follower
+        assert follower.append_as_follower_now(tail, 3, 3) is True
+        assert follower.log_end_offset == 3 and follower.high_watermark == 3
+        leader.log.close()
+        follower.log.close()
+
+    asyncio.run(main())

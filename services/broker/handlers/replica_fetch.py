@@ -105,13 +105,20 @@ async def answer(
     # long poll until some partition has records for the follower (or the deadline)
     with metrics.REPLICA_FETCH_WAITING.labels(str(req.replica_id)).track_inprogress():
         await _long_poll(req, led, deadline, bool(errors))
-    results = await asyncio.gather(
-        *(
-            _partition_data(req, i, led.get(i), errors.get(i), max_bytes)
-            for i in range(len(req.partitions))
+    # Tail reads are answered at once (no task per partition per answer); the rest (a
+    # follower far behind: a worker thread's read each) concurrently.
+    results: list[broker_pb2.ReplicaFetchPartitionData | None] = [
+        _partition_data_now(req, i, led.get(i), errors.get(i), max_bytes)
+        for i in range(len(req.partitions))
+    ]
+    later = [i for i, r in enumerate(results) if r is None]
+    if later:
+        done = await asyncio.gather(
+            *(_partition_data(req, i, led.get(i), errors.get(i), max_bytes) for i in later)
         )
-    )
-    return broker_pb2.ReplicaFetchResponse(partitions=results)
+        for i, r in zip(later, done, strict=True):
+            results[i] = r
+    return broker_pb2.ReplicaFetchResponse(partitions=[r for r in results if r is not None])
 
 
 async def _long_poll(
@@ -142,6 +149,32 @@ async def _long_poll(
                 p.unwatch_appended(woken)
         if any(not p.is_leader for p in led.values()):
             return
+
+
+def _partition_data_now(
+    req: broker_pb2.ReplicaFetchRequest,
+    i: int,
+    p: Partition | None,
+    err: BaseException | None,
+    max_bytes: int,
+) -> broker_pb2.ReplicaFetchPartitionData | None:
+    """:func:`_partition_data` for a leader's tail read, without awaiting; None otherwise."""
+    if p is None or err is not None or not p.is_leader:
+        return None
+    fp = req.partitions[i]
+    try:
+        part = p.read_now(fp.fetch_offset, max_bytes, None)
+    except Exception:
+        return None  # answered with its error (and logged if unexpected) by _partition_data
+    if part is None:
+        return None
+    return broker_pb2.ReplicaFetchPartitionData(
+        topic=fp.topic,
+        partition=fp.partition,
+        records=part.data,
+        high_watermark=p.high_watermark,
+        log_start_offset=p.log_start_offset,
+    )
 
 
 async def _partition_data(
