@@ -36,9 +36,11 @@ unstable offset is read from the Log by the writer after every log mutation and 
 changing).
 
 Notifications: ``changed()`` (HW or LSO advance, or state change; consumer fetch streams and
-acks=all waiters) and ``appended()`` (any leader append or state change; replica fetch
-long-polls). Both are ``asyncio.Event``s replaced when fired, so a waiter captures the event,
-checks its condition, then awaits, without missing a wake-up.
+acks=all waiters) is an ``asyncio.Event`` replaced when fired, so a waiter captures the event,
+checks its condition, then awaits, without missing a wake-up. Any leader append or state
+change completes the futures registered with ``watch_appended`` (replica fetch long-polls: one
+future for all the partitions of a request, registered in the same step as the check of their
+log ends, instead of a task per partition waiting on an event).
 """
 
 from __future__ import annotations
@@ -72,14 +74,17 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Appends up to this size with no fsync per append (``flush.messages`` unset), and reads of at
-#: most ``_INLINE_READ_RECORDS`` records below the bound (the tail, in the page cache), run on
-#: the event loop: a page-cache write or read of that size takes tens of microseconds, less
-#: than the worker-thread hop (two GIL hand-offs, a wake-up) it replaces. Measured at 10 MB/s of
-#: 1 KiB records, linger 0 (bench/peers/headwater.py e2e, issue 10): append p50 1.3-2.3 ms ->
-#: 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU -20%. An append goes to a
-#: worker thread after all when another thread holds the log (flush pass, cleaner, retention) or
-#: it starts a new leader epoch (an fsynced file): Log.append_if_uncontended.
+#: Appends up to this size with no fsync per append (``flush.messages`` unset), leader and
+#: follower alike, and reads of at most ``_INLINE_READ_RECORDS`` records below the bound (the
+#: high watermark for consumers, the log end for a follower's fetch: the tail, in the page
+#: cache), run on the event loop: a page-cache write or read of that size takes tens of
+#: microseconds, less than the worker-thread hop (two GIL hand-offs, a wake-up) it replaces.
+#: Measured at 10 MB/s of 1 KiB records, linger 0 (bench/peers/headwater.py e2e, issue 10):
+#: append p50 1.3-2.3 ms -> 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU
+#: -20%. An append goes to a worker thread after all when another thread holds the log (flush
+#: pass, cleaner, retention) or it starts a new leader epoch (a file): Log.append_if_uncontended
+#: and Log.append_as_follower_if_uncontended. With 1,000 partitions a follower's fetch round
+#: and a leader's answer to it were a thousand thread hops each, every round (issue 17 item 3).
 _INLINE_APPEND_BYTES = 256 * 1024
 _INLINE_READ_RECORDS = 256
 
@@ -162,9 +167,7 @@ class Partition:
         self._first_unstable: int | None = None
         self._append_lock = asyncio.Lock()
         self._changed = asyncio.Event()
-        self._appended = asyncio.Event()
-        #: one-shot futures completed at the next leader append or state change
-        self._append_waiters: set[asyncio.Future[None]] = set()
+        self._append_watchers: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -291,32 +294,24 @@ class Partition:
         """The event set at the next HW advance or state change (capture, check, then wait)."""
         return self._changed
 
-    def appended(self) -> asyncio.Event:
-        """The event set at the next leader append or state change."""
-        return self._appended
+    def watch_appended(self, fut: asyncio.Future[None]) -> None:
+        """Complete ``fut`` at the next leader append or state change (once; a future already
+        done is left alone). Pair with :meth:`unwatch_appended`."""
+        self._append_watchers.add(fut)
+
+    def unwatch_appended(self, fut: asyncio.Future[None]) -> None:
+        self._append_watchers.discard(fut)
 
     def _notify(self) -> None:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
         self._notify_appended()
 
-    def wake_on_append(self, waiter: asyncio.Future[None]) -> None:
-        """Complete ``waiter`` at the next leader append or state change (one future may wait
-        on many partitions: a follower's idle fetch session waits on all it fetches without
-        a task per partition). Call :meth:`forget_waiter` when no longer waiting."""
-        self._append_waiters.add(waiter)
-
-    def forget_waiter(self, waiter: asyncio.Future[None]) -> None:
-        self._append_waiters.discard(waiter)
-
     def _notify_appended(self) -> None:
-        event, self._appended = self._appended, asyncio.Event()
-        event.set()
-        if self._append_waiters:
-            waiters, self._append_waiters = self._append_waiters, set()
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+        watchers, self._append_watchers = self._append_watchers, set()
+        for fut in watchers:
+            if not fut.done():
+                fut.set_result(None)
 
     # ------------------------------------------------------------------ leader: followers, HW
 
@@ -516,35 +511,56 @@ class Partition:
     def _check_following(self, leader_epoch: int) -> bool:
         return self.role is Role.FOLLOWER and self.leader_epoch == leader_epoch
 
-    async def append_as_follower(self, records: bytes, leader_epoch: int, leader_hw: int) -> bool:
-        """Append the leader's batches as they are (CRCs checked, offsets must continue the
-        log) and move the HW to ``min(leader_hw, LEO)``. False (nothing written) when this
-        replica no longer follows in ``leader_epoch``."""
-        async with self._append_lock:
-            if not self._check_following(leader_epoch):
-                return False
-            if records:
-
-                def write() -> None:
-                    self.log.append_as_follower(records, list(iter_headers(records)))
-
-                await asyncio.to_thread(write)
-                self._refresh_unstable()
-            self._follower_hw(leader_hw)
-        if records:
-            metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
-        return True
-
-    def caught_up_as_follower(self, leader_epoch: int, leader_hw: int) -> bool | None:
-        """:meth:`append_as_follower` of no records, without waiting: the HW moves to
-        ``min(leader_hw, LEO)``; False when this replica no longer follows in
-        ``leader_epoch``; None (nothing done) while an append or truncation holds the
-        partition, for the caller to take the waiting path."""
+    def append_as_follower_now(
+        self, records: bytes, leader_epoch: int, leader_hw: int
+    ) -> bool | None:
+        """:meth:`append_as_follower` without awaiting (a follower round's appends need no task
+        each), or None (nothing done) when it would have to wait: another coroutine holds the
+        partition (a role change, a truncation), or the append goes to a worker thread (over
+        the inline size, an fsync per append, a new leader epoch, the log held by a thread).
+        Raises what :meth:`append_as_follower` raises."""
         if self._append_lock.locked():
             return None
         if not self._check_following(leader_epoch):
             return False
+        if records:
+            if len(records) > _INLINE_APPEND_BYTES or self.config.flush_messages > 0:
+                return None
+            batches = list(iter_headers(records))
+            if self.log.append_as_follower_if_uncontended(records, batches) is None:
+                return None
+            self._refresh_unstable()
         self._follower_hw(leader_hw)
+        if records:
+            metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
+        return True
+
+    async def append_as_follower(self, records: bytes, leader_epoch: int, leader_hw: int) -> bool:
+        """Append the leader's batches as they are (CRCs checked, offsets must continue the
+        log) and move the HW to ``min(leader_hw, LEO)``. False (nothing written) when this
+        replica no longer follows in ``leader_epoch``. Small appends run on the event loop
+        (:meth:`append_as_follower_now`), others in a worker thread."""
+        done = self.append_as_follower_now(records, leader_epoch, leader_hw)
+        if done is not None:
+            return done
+        async with self._append_lock:
+            if not self._check_following(leader_epoch):
+                return False
+            if records:
+                done = False
+                if len(records) <= _INLINE_APPEND_BYTES and self.config.flush_messages <= 0:
+                    batches = list(iter_headers(records))
+                    done = self.log.append_as_follower_if_uncontended(records, batches) is not None
+                if not done:
+
+                    def write() -> None:
+                        self.log.append_as_follower(records, list(iter_headers(records)))
+
+                    await asyncio.to_thread(write)
+                self._refresh_unstable()
+            self._follower_hw(leader_hw)
+        if records:
+            metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
         return True
 
     def _follower_hw(self, leader_hw: int) -> None:
@@ -579,11 +595,19 @@ class Partition:
 
     # ------------------------------------------------------------------ reads
 
+    def read_now(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
+        """:meth:`read` without awaiting when it is a short read of the tail, else None."""
+        bound = self.log_end_offset if max_offset is None else max_offset
+        if 0 <= bound - offset <= _INLINE_READ_RECORDS:
+            return self.log.read(offset, max_bytes, max_offset)
+        return None
+
     async def read(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
         """Whole batches from ``offset`` up to ``max_offset`` (a FetchSlice), off the loop
         unless it is a short read of the tail."""
-        if max_offset is not None and 0 <= max_offset - offset <= _INLINE_READ_RECORDS:
-            return self.log.read(offset, max_bytes, max_offset)
+        now = self.read_now(offset, max_bytes, max_offset)
+        if now is not None:
+            return now
         return await asyncio.to_thread(self.log.read, offset, max_bytes, max_offset)
 
     async def offset_for_timestamp(self, timestamp: int) -> Any:

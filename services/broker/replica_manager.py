@@ -344,6 +344,7 @@ class ReplicaManager:
             for i, a in enumerate(req.partitions):
                 by_key.setdefault((a.topic, a.state.partition), []).append(i)
             failures: list[Exception | None] = [None] * len(req.partitions)
+            applied: list[str | None] = [None] * len(req.partitions)
             self._refuse_past_descriptors(by_key, failures)
 
             async def apply(indexes: list[int]) -> None:
@@ -352,7 +353,7 @@ class ReplicaManager:
                         continue  # refused before applying
                     a = req.partitions[i]
                     try:
-                        await self._apply_assignment(a)
+                        applied[i] = await self._apply_assignment(a)
                     except Exception as exc:
                         if not isinstance(exc, HeadwaterError):
                             log.exception(
@@ -364,6 +365,11 @@ class ReplicaManager:
             # leader-epoch checkpoint's fsyncs of a new leadership, opening a log) overlaps
             # in the worker threads instead of costing one partition after another.
             await asyncio.gather(*(apply(indexes) for indexes in by_key.values()))
+            states = [x for x in applied if x is not None]
+            if states:
+                # One line for the request: a failover's thousand partition states written
+                # one log call each kept the event loop (and its GIL hand-offs) busy.
+                log.info("LeaderAndIsr: %d partition states: %s", len(states), "; ".join(states))
             for a, failure in zip(req.partitions, failures, strict=True):
                 if failure is None:
                     code, message = ErrorCode.NONE, ""
@@ -397,7 +403,9 @@ class ReplicaManager:
             for i in by_key[key]:
                 failures[i] = KafkaStorageError(f"{key[0]}-{key[1]}: {message}")
 
-    async def _apply_assignment(self, a: broker_pb2.PartitionAssignment) -> None:
+    async def _apply_assignment(self, a: broker_pb2.PartitionAssignment) -> str | None:
+        """Apply one partition's state; returns it for the request's log line (None: an
+        older partition epoch, ignored)."""
         state = a.state
         key = (a.topic, state.partition)
         if self.broker_id not in state.replicas:
@@ -423,7 +431,7 @@ class ReplicaManager:
                 and p.role is not Role.OFFLINE
             ):
                 log.info("%r: ignoring older partition epoch %d", p, state.partition_epoch)
-                return
+                return None
             if config != p.config:
                 await p.run_exclusive(lambda: p.update_config(config))  # type: ignore[union-attr]
         else:
@@ -454,7 +462,7 @@ class ReplicaManager:
                 self.fetchers.remove(key)
             elif restart or self.fetchers.following(key) != state.leader:
                 self.fetchers.add(p, state.leader, state.leader_epoch)
-        log.info("%r (replicas %s, isr %s)", p, list(p.replicas), list(p.isr))
+        return f"{p!r} (replicas {list(p.replicas)}, isr {list(p.isr)})"
 
     async def stop_replica(
         self, req: broker_pb2.StopReplicaRequest

@@ -127,3 +127,22 @@ def test_a_cancelled_request_is_applied_once_and_its_resend_finds_it_done(
         assert part.is_leader and part.leader_epoch == 0
         entries = read_entries(part.log.dir)
         assert entries is not None and [(e.epoch, e.start_offset) for e in entries] == [(0, 0)]
+
+
+def test_a_request_logs_its_partition_states_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One INFO line per LeaderAndIsr names every partition state it applied, in request
+    order (a failover's thousand states were a thousand log calls on the event loop); a
+    refused state (an older leader epoch) is not in it."""
+    rm = _manager(tmp_path)
+    req = request(*(assignment("t", p, 1) for p in range(3)), assignment("t", 1, 0))
+    with caplog.at_level("INFO", logger="services.broker.replica_manager"):
+        resp = asyncio.run(rm.leader_and_isr(req))
+    assert resp.error_code == ErrorCode.NONE
+    lines = [r.getMessage() for r in caplog.records if "partition states" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].startswith("LeaderAndIsr: 3 partition states: Partition(t-0 leader epoch=1")
+    assert lines[0].index("t-0") < lines[0].index("t-1") < lines[0].index("t-2")
+    assert lines[0].count(f"(replicas [{ME}], isr [{ME}])") == 3
+    assert resp.partitions[3].error_code != ErrorCode.NONE  # epoch 0 after epoch 1

@@ -60,16 +60,16 @@ def test_an_idle_session_waits_on_one_future_and_wakes_on_any_append(tmp_path: P
         assert [(d.partition, d.records, d.error_code) for d in idle.partitions] == [
             (p, b"", 0) for p in range(N)
         ]
-        assert all(not p._append_waiters for p in parts)
+        assert all(not p._append_watchers for p in parts)
 
         tasks_before = len(asyncio.all_tasks())
         session = asyncio.create_task(answer(rm, fetch(30_000)))
 
         async def parked() -> bool:
-            return all(len(p._append_waiters) == 1 for p in parts)
+            return all(len(p._append_watchers) == 1 for p in parts)
 
         await async_wait_for(parked, timeout=10, what="the session parked on every partition")
-        assert len({id(w) for p in parts for w in p._append_waiters}) == 1  # one future
+        assert len({id(w) for p in parts for w in p._append_watchers}) == 1  # one future
         assert len(asyncio.all_tasks()) == tasks_before + 1  # the session alone
         buf = encode_batch([b"v1", b"v2"])
         await parts[7].append(
@@ -79,7 +79,7 @@ def test_an_idle_session_waits_on_one_future_and_wakes_on_any_append(tmp_path: P
         got = {d.partition: d for d in woke.partitions}
         assert len(got) == N and got[7].records and got[7].error_code == 0
         assert all(not got[p].records and got[p].error_code == 0 for p in range(N) if p != 7)
-        assert all(not p._append_waiters for p in parts)
+        assert all(not p._append_watchers for p in parts)
 
     asyncio.run(scenario())
 
@@ -101,10 +101,10 @@ def test_a_caught_up_follower_round_moves_the_hw_without_waiting(tmp_path: Path)
         rm.fetchers.remove(("t", 0))  # driven by hand here
         buf = encode_batch([b"a", b"b", b"c"])
         assert await p.append_as_follower(buf, 3, 0)
-        assert p.caught_up_as_follower(3, 2) is True and p.high_watermark == 2
-        assert p.caught_up_as_follower(3, 99) is True and p.high_watermark == 3  # within LEO
-        assert p.caught_up_as_follower(4, 3) is False  # another leader epoch
+        assert p.append_as_follower_now(b"", 3, 2) is True and p.high_watermark == 2
+        assert p.append_as_follower_now(b"", 3, 99) is True and p.high_watermark == 3  # within LEO
+        assert p.append_as_follower_now(b"", 4, 3) is False  # another leader epoch
         async with p._append_lock:  # an append or truncation in progress: the waiting path
-            assert p.caught_up_as_follower(3, 3) is None
+            assert p.append_as_follower_now(b"", 3, 3) is None
 
     asyncio.run(scenario())

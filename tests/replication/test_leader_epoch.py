@@ -3,6 +3,7 @@ how ``Log`` keeps it (leader appends, follower appends, truncation, retention)."
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,49 @@ def test_follower_append_keeps_leader_bytes_and_history(tmp_path: Path) -> None:
     assert follower.log_end_offset == 7
     follower.append_as_follower(tail, replicated(tail))
     assert read_all(follower) == read_all(leader)
+    leader.close()
+    follower.close()
+
+
+def test_a_follower_append_on_the_loop_declines_a_new_epoch_and_a_held_log(
+    tmp_path: Path,
+) -> None:
+    """Log.append_as_follower_if_uncontended (a follower's small appends on the event loop)
+    appends as append_as_follower does, but leaves to a worker thread (None, nothing written)
+    a batch that would add a leader-epoch entry (a file) and a log another thread holds."""
+    leader = Log(tmp_path / "a" / "t-0", TopicConfig())
+    follower = Log(tmp_path / "b" / "t-0", TopicConfig())
+    leader_append(leader, batch(3), 1)
+    first = read_all(leader)
+    assert follower.append_as_follower_if_uncontended(first, replicated(first)) is None
+    assert follower.log_end_offset == 0 and follower.epochs.entries == []
+    follower.append_as_follower(first, replicated(first))  # the worker-thread path
+    leader_append(leader, batch(2, tag=1), 1)
+    same_epoch = leader.read(3, 1 << 20).data
+    info = follower.append_as_follower_if_uncontended(same_epoch, replicated(same_epoch))
+    assert info is not None and info.first_offset == 3 and follower.log_end_offset == 5
+    # checked like append_as_follower: a repeat is refused and writes nothing
+    with pytest.raises(InvalidRequestError):
+        follower.append_as_follower_if_uncontended(same_epoch, replicated(same_epoch))
+    leader_append(leader, batch(1, tag=2), 1)
+    tail = leader.read(5, 1 << 20).data
+    results: list[object] = []
+    with follower._lock:  # another thread's flush pass would hold it (the lock is reentrant)
+        held = threading.Thread(
+            target=lambda: results.append(
+                follower.append_as_follower_if_uncontended(tail, replicated(tail))
+            )
+        )
+        held.start()
+        held.join(10)
+    assert results == [None] and follower.log_end_offset == 5
+    leader_append(leader, batch(1, tag=3), 4)
+    new_epoch = leader.read(5, 1 << 20).data  # epoch 1's batch, then epoch 4's
+    assert follower.append_as_follower_if_uncontended(new_epoch, replicated(new_epoch)) is None
+    assert follower.log_end_offset == 5
+    follower.append_as_follower(new_epoch, replicated(new_epoch))
+    assert read_all(follower) == read_all(leader)
+    assert follower.epochs.entries == leader.epochs.entries == [EpochEntry(1, 0), EpochEntry(4, 6)]
     leader.close()
     follower.close()
 

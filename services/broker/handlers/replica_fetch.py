@@ -106,17 +106,18 @@ async def answer(
     # long poll until some partition has records for the follower (or the deadline)
     with metrics.REPLICA_FETCH_WAITING.labels(str(req.replica_id)).track_inprogress():
         await _long_poll(req, led, deadline, bool(errors))
-    # a caught-up partition (the common case of an idle session) is answered here; only
-    # those with records to read are read (off the loop), concurrently
+    # Tail reads are answered at once (no task per partition per answer); the rest (a
+    # follower far behind: a worker thread's read each) concurrently.
     results: list[broker_pb2.ReplicaFetchPartitionData | None] = [
-        _caught_up(req, i, led.get(i), errors.get(i)) for i in range(len(req.partitions))
+        _partition_data_now(req, i, led.get(i), errors.get(i), max_bytes)
+        for i in range(len(req.partitions))
     ]
-    pending = [i for i, r in enumerate(results) if r is None]
-    if pending:
-        read = await asyncio.gather(
-            *(_partition_data(req, i, led.get(i), errors.get(i), max_bytes) for i in pending)
+    later = [i for i, r in enumerate(results) if r is None]
+    if later:
+        done = await asyncio.gather(
+            *(_partition_data(req, i, led.get(i), errors.get(i), max_bytes) for i in later)
         )
-        for i, r in zip(pending, read, strict=True):
+        for i, r in zip(later, done, strict=True):
             results[i] = r
     return broker_pb2.ReplicaFetchResponse(partitions=[r for r in results if r is not None])
 
@@ -136,31 +137,49 @@ async def _long_poll(
         remaining = deadline - loop.time()
         if remaining <= 0:
             return
-        # one future woken by any of the partitions (no task per partition: an idle session
-        # over thousands of partitions waits here twice a second)
-        wake: asyncio.Future[None] = loop.create_future()
+        # one future for every partition, registered in the same step as the check above
+        # (no append can slip in between); not a task per partition per wait
+        woken: asyncio.Future[None] = loop.create_future()
         for p in led.values():
-            p.wake_on_append(wake)
+            p.watch_appended(woken)
         try:
-            await asyncio.wait([wake], timeout=remaining)
+            await asyncio.wait({woken}, timeout=remaining)
         finally:
+            woken.cancel()
             for p in led.values():
-                p.forget_waiter(wake)
-            wake.cancel()
+                p.unwatch_appended(woken)
         if any(not p.is_leader for p in led.values()):
             return
 
 
-def _caught_up(
-    req: broker_pb2.ReplicaFetchRequest, i: int, p: Partition | None, err: BaseException | None
+def _partition_data_now(
+    req: broker_pb2.ReplicaFetchRequest,
+    i: int,
+    p: Partition | None,
+    err: BaseException | None,
+    max_bytes: int,
 ) -> broker_pb2.ReplicaFetchPartitionData | None:
-    """The answer for a led partition the follower has all of (nothing to read), else None."""
+    """:func:`_partition_data` for a leader's tail read, without awaiting; None otherwise."""
+    if p is None or err is not None or not p.is_leader:
+        return None
     fp = req.partitions[i]
-    if p is None or err is not None or not p.is_leader or fp.fetch_offset != p.log_end_offset:
+    if fp.fetch_offset == p.log_end_offset:  # caught up (an idle session's every partition)
+        return broker_pb2.ReplicaFetchPartitionData(
+            topic=fp.topic,
+            partition=fp.partition,
+            high_watermark=p.high_watermark,
+            log_start_offset=p.log_start_offset,
+        )
+    try:
+        part = p.read_now(fp.fetch_offset, max_bytes, None)
+    except Exception:
+        return None  # answered with its error (and logged if unexpected) by _partition_data
+    if part is None:
         return None
     return broker_pb2.ReplicaFetchPartitionData(
         topic=fp.topic,
         partition=fp.partition,
+        records=part.data,
         high_watermark=p.high_watermark,
         log_start_offset=p.log_start_offset,
     )

@@ -147,21 +147,39 @@ class LeaderFetcher:
         todo = []
         for d in resp.partitions:
             s = sent.get((d.topic, d.partition))
-            if s is None or self.states.get(s.partition.key) is not s:
-                continue
-            if d.error_code == ErrorCode.NONE and not d.records:
-                # caught up (an idle round's every partition): the HW alone, no task
-                done = s.partition.caught_up_as_follower(s.leader_epoch, d.high_watermark)
-                if done is False:
-                    self.states.pop(s.partition.key, None)
-                if done is not None:
-                    continue
-            todo.append(self._apply(s, d))
-        # One entry per partition, each appended under its own lock: concurrently, so a
-        # round's appends (a thread hop each; the first batch of a new leader epoch also
-        # fsyncs the leader-epoch checkpoint) overlap instead of adding up.
+            if (
+                s is not None
+                and self.states.get(s.partition.key) is s
+                and not self._apply_now(s, d)
+            ):
+                todo.append(self._apply(s, d))
+        # The appends that could not be done at once (a worker thread's: the first batch of
+        # a new leader epoch writes the leader-epoch checkpoint), one entry per partition,
+        # each under its own lock: concurrently, so they overlap instead of adding up.
         if todo:
             await asyncio.gather(*todo)
+
+    def _apply_now(self, s: FetchState, d: broker_pb2.ReplicaFetchPartitionData) -> bool:
+        """Apply a partition's answer without awaiting (the steady state: a small append on
+        the event loop, no task per partition per round); False when :meth:`_apply` must."""
+        if d.error_code != ErrorCode.NONE:
+            return False
+        p = s.partition
+        try:
+            ok = p.append_as_follower_now(d.records, s.leader_epoch, d.high_watermark)
+        except Exception as exc:  # a batch that does not continue our log, or corrupt
+            self._append_failed(s, exc)
+            return True
+        if ok is None:
+            return False
+        if not ok:
+            self.states.pop(p.key, None)
+        return True
+
+    def _append_failed(self, s: FetchState, exc: Exception) -> None:
+        log.warning("%r: cannot append replicated batches: %s", s.partition, exc)
+        s.truncating = True
+        s.paused_until = asyncio.get_running_loop().time() + PAUSE_S
 
     async def _apply(self, s: FetchState, d: broker_pb2.ReplicaFetchPartitionData) -> None:
         p = s.partition
@@ -171,9 +189,7 @@ class LeaderFetcher:
             try:
                 ok = await p.append_as_follower(d.records, s.leader_epoch, d.high_watermark)
             except Exception as exc:  # a batch that does not continue our log, or corrupt
-                log.warning("%r: cannot append replicated batches: %s", p, exc)
-                s.truncating = True
-                s.paused_until = now + PAUSE_S
+                self._append_failed(s, exc)
                 return
             if not ok:
                 self.states.pop(p.key, None)

@@ -178,6 +178,24 @@ class Log(LogCleanup, LogReads):
         finally:
             self._lock.release()
 
+    def append_as_follower_if_uncontended(
+        self, buf: Buffer, batches: Sequence[tuple[int, BatchHeader]]
+    ) -> AppendInfo | None:
+        """:meth:`append_as_follower` now, or None (nothing done) when it could block the
+        caller: another thread holds the log, or a batch's leader epoch is newer than the
+        cache's latest (the append would write a leader-epoch entry, a file). For a follower's
+        small appends on the event loop (services/broker/partition.py); raises what
+        :meth:`append_as_follower` raises."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            latest = self.epochs.latest_epoch
+            if any(h.partition_leader_epoch > latest for _, h in batches):
+                return None
+            return self.append_as_follower(buf, batches)
+        finally:
+            self._lock.release()
+
     def append_as_follower(
         self, buf: Buffer, batches: Sequence[tuple[int, BatchHeader]]
     ) -> AppendInfo:
