@@ -5,14 +5,17 @@ per streaming query; it unpickles the data source (importing ``headwater_spark.s
 ``.stream``) and calls ``initialOffset``, ``prepareForTriggerAvailableNow``, ``latestOffset``
 and ``partitions`` before the first micro-batch. This replays that path in new processes
 against a local cluster (one broker, a 16-partition topic) and reports, per process: the
-runner's own imports (Spark's), the imports ``headwater_spark`` adds on top, each call's time,
-the partition lookups made (``list_topics``) and which ``headwater.client`` modules got
-loaded. ``-X importtime`` per module: run the child line printed with ``--show-child``.
+runner's own imports (Spark's), the imports ``headwater_spark`` adds on top (wall and CPU
+seconds; CPU time is less moved by other load), each call's time, the partition lookups
+made (``list_topics``) and which ``headwater.client`` modules got loaded. For ``-X importtime``
+per module, run the child code (``--show-child``) with ``python -X importtime``.
 
     python bench/spark_stream_start.py [--runs 5] [--partitions 16] [--json out.json]
+        [--compare OTHER_CHECKOUT]
 
-To compare with another checkout, run it with ``PYTHONPATH=<that>/:<that>/spark`` (the
-child processes inherit it).
+``--compare DIR`` alternates the child processes between this checkout and DIR (e.g. an
+earlier commit unpacked with ``git archive <commit> headwater spark | tar -x -C DIR``; its
+children get ``PYTHONPATH=DIR:DIR/spark``), so both see the same machine load.
 """
 
 from __future__ import annotations
@@ -34,11 +37,11 @@ from tests.helpers.spark import make_topic, produce
 
 CHILD = r"""
 import json, sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import pyspark.sql.streaming.python_streaming_source_runner  # Spark's runner and its imports
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 import headwater_spark.source, headwater_spark.stream
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 bootstrap, topic = sys.argv[1], sys.argv[2]
 ds = headwater_spark.source.HeadwaterDataSource(
@@ -65,6 +68,7 @@ t7 = time.perf_counter()
 reader.stop()
 print(json.dumps({
     "runner_imports_s": t1 - t0, "headwater_imports_s": t2 - t1,
+    "runner_imports_cpu_s": c1 - c0, "headwater_imports_cpu_s": c2 - c1,
     "make_reader_s": t3 - t2, "initialOffset_s": t4 - t3,
     "prepareForTriggerAvailableNow_s": t5 - t4, "latestOffset_s": t6 - t5,
     "partitions_s": t7 - t6, "to_first_batch_s": t7 - t1, "list_topics_calls": lookups,
@@ -79,6 +83,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--compare", type=Path, help="another checkout to alternate with")
     ap.add_argument("--show-child", action="store_true", help="print the child's code")
     args = ap.parse_args()
     if args.show_child:
@@ -90,25 +95,44 @@ def main() -> None:
     ):
         make_topic(cluster.bootstrap, "start", args.partitions)
         produce(cluster.bootstrap, "start", [(p, None, b"x" * 100) for p in range(args.partitions)])
-        runs: list[dict[str, Any]] = []
+        checkouts = {"this checkout": None}
+        if args.compare:
+            checkouts["compared"] = args.compare
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
         for _ in range(args.runs):
-            out = subprocess.run(
-                [sys.executable, "-c", CHILD, cluster.bootstrap, "start"],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=True,
-                env=dict(os.environ),
-            )
-            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    keys = [k for k in runs[0] if k.endswith("_s")]
-    summary = {k: statistics.median(r[k] for r in runs) for k in keys}
-    for k in keys:
-        print(f"{k:34} median {summary[k]:.3f} s   runs {[round(r[k], 3) for r in runs]}")
-    print(f"list_topics calls per start: {[r['list_topics_calls'] for r in runs]}")
-    print(f"headwater.client modules loaded: {len(runs[0]['client_modules'])}")
+            for name, other in checkouts.items():
+                runs[name].append(_child(cluster.bootstrap, other, Path(tmp)))
+    results = {}
+    for name, done in runs.items():
+        keys = [k for k in done[0] if k.endswith("_s")]
+        summary = {k: statistics.median(r[k] for r in done) for k in keys}
+        print(f"== {name}{'' if name == 'this checkout' else f' ({args.compare})'}")
+        for k in keys:
+            print(f"{k:34} median {summary[k]:.3f} s   runs {[round(r[k], 3) for r in done]}")
+        print(f"list_topics calls per start: {[r['list_topics_calls'] for r in done]}")
+        print(f"headwater.client modules loaded: {len(done[0]['client_modules'])}")
+        results[name] = {"median": summary, "runs": done}
     if args.json:
-        args.json.write_text(json.dumps({"median": summary, "runs": runs}, indent=2))
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+def _child(bootstrap: str, other: Path | None, cwd: Path) -> dict[str, Any]:
+    """One replay in a new interpreter (in ``cwd``, so the current folder adds nothing to
+    its path), of this checkout or of ``other``."""
+    env = dict(os.environ)
+    if other is not None:
+        env["PYTHONPATH"] = f"{other}:{other / 'spark'}"
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, bootstrap, "start"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env=env,
+        cwd=cwd,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 if __name__ == "__main__":
