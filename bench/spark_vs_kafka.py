@@ -187,7 +187,15 @@ class Bench:
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             self.rows.append(row)
             log(json.dumps(row))
+            self.save_partial()
             return None
+
+    def save_partial(self) -> None:
+        """Write the rows so far to ``--json`` (header "partial"), so a run stopped before its
+        end still leaves every finished row; the end of the run rewrites it whole."""
+        if self.args.json:
+            doc = {"header": "partial: the run had not finished", "argv": sys.argv[1:]}
+            self.args.json.write_text(json.dumps({**doc, "rows": self.rows}, indent=2))
 
     def record(
         self,
@@ -214,6 +222,7 @@ class Bench:
             row["durations_ms"] = durations
         self.rows.append(row)
         log(json.dumps(row))
+        self.save_partial()
 
     def source(self, fmt: str, bootstrap: str, topic: str, stream: bool) -> Any:
         r = self.spark.readStream if stream else self.spark.read
