@@ -29,7 +29,7 @@ The broker is bench/peers/kafka.py's (Kafka from Maven Central, one KRaft node).
 
     python bench/spark_vs_kafka.py [--records-100 1000000] [--records-1k 250000]
         [--partitions 4,16] [--max-offsets-per-trigger 200000] [--stream-write-records 300000]
-        [--stream-only] [--json results.json]
+        [--stream-only] [--headwater-read-option KEY=VALUE ...] [--json results.json]
 
 "A few million": ``--records-100 4000000 --records-1k 1000000``.
 """
@@ -227,6 +227,10 @@ class Bench:
     def source(self, fmt: str, bootstrap: str, topic: str, stream: bool) -> Any:
         r = self.spark.readStream if stream else self.spark.read
         r = r.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+        if fmt == "headwater":
+            for kv in self.args.headwater_read_option:
+                k, _, v = kv.partition("=")
+                r = r.option(k, v)
         return r.option("startingOffsets", "earliest")
 
     def batch_read(self, fmt: str, bootstrap: str, topic: str) -> tuple[int, int, float]:
@@ -468,6 +472,13 @@ def main() -> None:
     ap.add_argument("--query-timeout", type=float, default=1800)
     ap.add_argument("--systems", default="kafka,headwater")
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument(
+        "--headwater-read-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra option of the headwater reads (e.g. minRecordsPerTask=0); repeatable",
+    )
     ap.add_argument(
         "--stream-only",
         action="store_true",
