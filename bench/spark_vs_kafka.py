@@ -272,12 +272,17 @@ class Bench:
         secs = time.perf_counter() - t0
         if q.exception() is not None:
             raise RuntimeError(f"{fmt} stream read of {topic}: {q.exception()}")
-        self.last_durations = {}
-        for p in q.recentProgress:
-            for k, v in (p.durationMs or {}).items():
-                self.last_durations[k] = self.last_durations.get(k, 0) + int(v)
+        self._keep_durations(q)
         shutil.rmtree(ckpt, ignore_errors=True)
         return totals[0], totals[1], totals[2], secs
+
+    def _keep_durations(self, query: Any) -> None:
+        """The finished query's progress ``durationMs`` summed over its micro-batches, in
+        :attr:`last_durations`."""
+        self.last_durations = {}
+        for p in query.recentProgress:
+            for k, v in (p.durationMs or {}).items():
+                self.last_durations[k] = self.last_durations.get(k, 0) + int(v)
 
     def generated(self, n: int, size: int, parts: int) -> Any:
         return self.spark.range(0, n, 1, 2).selectExpr(
@@ -311,9 +316,11 @@ class Bench:
         if not q.awaitTermination(self.args.query_timeout):
             q.stop()
             raise RuntimeError(f"{fmt} stream write to {topic} still running after the timeout")
+        secs = time.perf_counter() - t0
         if q.exception() is not None:
             raise RuntimeError(f"{fmt} stream write to {topic}: {q.exception()}")
-        return time.perf_counter() - t0
+        self._keep_durations(q)
+        return secs
 
     def check(self, what: str, got: tuple[int, int], want: tuple[int, int]) -> None:
         if got != want:
@@ -391,9 +398,10 @@ class Bench:
             ):
                 make(topic, parts)
                 secs = self.stream_write(fmt, bootstrap, topic, **opts)
+                durations = self.last_durations
                 got, nbytes, _ = self.batch_read(fmt, bootstrap, topic)
                 self.check(f"{system} stream write {name}", (got, nbytes), (n, n * 100))
-                self.record(system, op, 100, parts, n, secs)
+                self.record(system, op, 100, parts, n, secs, durations)
 
             self.attempt(system, op, 100, parts, swrite)
 
