@@ -29,7 +29,7 @@ The broker is bench/peers/kafka.py's (Kafka from Maven Central, one KRaft node).
 
     python bench/spark_vs_kafka.py [--records-100 1000000] [--records-1k 250000]
         [--partitions 4,16] [--max-offsets-per-trigger 200000] [--stream-write-records 300000]
-        [--stream-only] [--json results.json]
+        [--stream-only] [--headwater-read-option KEY=VALUE ...] [--json results.json]
 
 "A few million": ``--records-100 4000000 --records-1k 1000000``.
 """
@@ -187,7 +187,15 @@ class Bench:
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             self.rows.append(row)
             log(json.dumps(row))
+            self.save_partial()
             return None
+
+    def save_partial(self) -> None:
+        """Write the rows so far to ``--json`` (header "partial"), so a run stopped before its
+        end still leaves every finished row; the end of the run rewrites it whole."""
+        if self.args.json:
+            doc = {"header": "partial: the run had not finished", "argv": sys.argv[1:]}
+            self.args.json.write_text(json.dumps({**doc, "rows": self.rows}, indent=2))
 
     def record(
         self,
@@ -214,10 +222,15 @@ class Bench:
             row["durations_ms"] = durations
         self.rows.append(row)
         log(json.dumps(row))
+        self.save_partial()
 
     def source(self, fmt: str, bootstrap: str, topic: str, stream: bool) -> Any:
         r = self.spark.readStream if stream else self.spark.read
         r = r.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+        if fmt == "headwater":
+            for kv in self.args.headwater_read_option:
+                k, _, v = kv.partition("=")
+                r = r.option(k, v)
         return r.option("startingOffsets", "earliest")
 
     def batch_read(self, fmt: str, bootstrap: str, topic: str) -> tuple[int, int, float]:
@@ -259,12 +272,17 @@ class Bench:
         secs = time.perf_counter() - t0
         if q.exception() is not None:
             raise RuntimeError(f"{fmt} stream read of {topic}: {q.exception()}")
-        self.last_durations = {}
-        for p in q.recentProgress:
-            for k, v in (p.durationMs or {}).items():
-                self.last_durations[k] = self.last_durations.get(k, 0) + int(v)
+        self._keep_durations(q)
         shutil.rmtree(ckpt, ignore_errors=True)
         return totals[0], totals[1], totals[2], secs
+
+    def _keep_durations(self, query: Any) -> None:
+        """The finished query's progress ``durationMs`` summed over its micro-batches, in
+        :attr:`last_durations`."""
+        self.last_durations = {}
+        for p in query.recentProgress:
+            for k, v in (p.durationMs or {}).items():
+                self.last_durations[k] = self.last_durations.get(k, 0) + int(v)
 
     def generated(self, n: int, size: int, parts: int) -> Any:
         return self.spark.range(0, n, 1, 2).selectExpr(
@@ -298,9 +316,11 @@ class Bench:
         if not q.awaitTermination(self.args.query_timeout):
             q.stop()
             raise RuntimeError(f"{fmt} stream write to {topic} still running after the timeout")
+        secs = time.perf_counter() - t0
         if q.exception() is not None:
             raise RuntimeError(f"{fmt} stream write to {topic}: {q.exception()}")
-        return time.perf_counter() - t0
+        self._keep_durations(q)
+        return secs
 
     def check(self, what: str, got: tuple[int, int], want: tuple[int, int]) -> None:
         if got != want:
@@ -378,9 +398,10 @@ class Bench:
             ):
                 make(topic, parts)
                 secs = self.stream_write(fmt, bootstrap, topic, **opts)
+                durations = self.last_durations
                 got, nbytes, _ = self.batch_read(fmt, bootstrap, topic)
                 self.check(f"{system} stream write {name}", (got, nbytes), (n, n * 100))
-                self.record(system, op, 100, parts, n, secs)
+                self.record(system, op, 100, parts, n, secs, durations)
 
             self.attempt(system, op, 100, parts, swrite)
 
@@ -459,6 +480,13 @@ def main() -> None:
     ap.add_argument("--query-timeout", type=float, default=1800)
     ap.add_argument("--systems", default="kafka,headwater")
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument(
+        "--headwater-read-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra option of the headwater reads (e.g. minRecordsPerTask=0); repeatable",
+    )
     ap.add_argument(
         "--stream-only",
         action="store_true",

@@ -18,9 +18,8 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from headwater.client.accumulator import Header
 from headwater.client.admin import (
     AsyncAdminClient,
     ClusterDescription,
@@ -31,17 +30,19 @@ from headwater.client.admin import (
 )
 from headwater.client.admin_configs import ConfigEntry, ConfigResource
 from headwater.client.admin_groups import GroupDescription, ListedGroup
-from headwater.client.consumer import AsyncConsumer
-from headwater.client.fetched import FetchedBatch
-from headwater.client.group import RebalanceListener
-from headwater.client.producer import AsyncProducer, Callback
-from headwater.client.record_future import RecordFuture
 from headwater.client.types import (
     ConsumerRecord,
     GroupMetadata,
     OffsetAndTimestamp,
     TopicPartition,
 )
+
+if TYPE_CHECKING:  # imported where used: a process that only administers skips them
+    from headwater.client.accumulator import Header
+    from headwater.client.fetched import FetchedBatch
+    from headwater.client.group import RebalanceListener
+    from headwater.client.producer import AsyncProducer, Callback
+    from headwater.client.record_future import RecordFuture
 
 T = TypeVar("T")
 
@@ -96,6 +97,8 @@ class Producer:
 
     @staticmethod
     async def _make(bootstrap: str | Sequence[str], config: dict[str, Any]) -> AsyncProducer:
+        from headwater.client.producer import AsyncProducer
+
         p = AsyncProducer(bootstrap, **config)
         await p.start()
         return p
@@ -220,6 +223,8 @@ class Consumer:
     """Blocking facade over :class:`AsyncConsumer` (same arguments)."""
 
     def __init__(self, bootstrap: str | Sequence[str], **config: Any) -> None:
+        from headwater.client.consumer import AsyncConsumer
+
         self._lt = _LoopThread("headwater-consumer")
         self._c = AsyncConsumer(bootstrap, **config)
 

@@ -46,6 +46,7 @@ READ = frozenset(
         "startingoffsetsbytimestampstrategy",
         "minpartitions",
         "maxrecordsperpartition",
+        "minrecordspertask",
         "maxoffsetspertrigger",
         "minoffsetspertrigger",
         "maxtriggerdelay",
@@ -103,7 +104,9 @@ ALTERNATIVES = {
 }
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 DEFAULT_COMMIT_TOPIC = "__headwater_spark_commits"
-DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's default maxTriggerDelay, 15m
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+#: minRecordsPerTask's default: ranges under this many offsets are grouped into one task
+DEFAULT_MIN_RECORDS_PER_TASK = 50_000  # Spark's default maxTriggerDelay, 15m
 STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "commitToGroup")
 
 
@@ -134,6 +137,8 @@ class SourceOptions:
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     group_id_prefix: str | None = None
     security: SecuritySpec = PLAINTEXT
+    #: minRecordsPerTask; None (option 0): one task per range
+    min_records_per_task: int | None = DEFAULT_MIN_RECORDS_PER_TASK
 
     def executor_config(self) -> ExecutorConfig:
         return ExecutorConfig(
@@ -381,6 +386,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         starting_ts_strategy=strategy,
         min_partitions=_pos_int(o, "minPartitions"),
         max_records_per_partition=_pos_int(o, "maxRecordsPerPartition"),
+        min_records_per_task=_min_records_per_task(o),
         max_offsets_per_trigger=max_rows,
         min_offsets_per_trigger=min_rows,
         max_trigger_delay_ms=delay,
@@ -394,6 +400,13 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         isolation_level=_isolation(o),
         security=security,
     )
+
+
+def _min_records_per_task(o: dict[str, str]) -> int | None:
+    """minRecordsPerTask: a positive count, or 0 to plan one task per range (no grouping)."""
+    if o.get("minrecordspertask", "").strip() == "0":
+        return None
+    return _pos_int(o, "minRecordsPerTask", DEFAULT_MIN_RECORDS_PER_TASK)
 
 
 def _admission(o: dict[str, str]) -> tuple[int | None, int | None, int]:

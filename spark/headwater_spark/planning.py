@@ -88,6 +88,45 @@ def split_ranges(
     return pieces
 
 
+def coalesce_ranges(
+    ranges: list[OffsetRange],
+    *,
+    min_records: int | None,
+    max_records: int | None,
+    min_tasks: int | None,
+) -> list[tuple[OffsetRange, ...]]:
+    """Group ranges into tasks (minRecordsPerTask): consecutive ranges (in the given order)
+    holding fewer than ``min_records`` offsets are packed into one task until it holds at
+    least ``min_records``; a range of ``min_records`` or more is a task of its own. A task
+    never exceeds ``max_records`` offsets (maxRecordsPerPartition) by packing, and when the
+    grouping would leave fewer than ``min_tasks`` tasks (minPartitions) every range stays
+    alone. Every range is in exactly one task, in the input order; ``min_records`` None or
+    0 leaves each range alone."""
+    alone: list[tuple[OffsetRange, ...]] = [(r,) for r in ranges]
+    if not min_records:
+        return alone
+    tasks: list[tuple[OffsetRange, ...]] = []
+    group: list[OffsetRange] = []
+    held = 0
+    for r in ranges:
+        if r.size >= min_records:
+            tasks.append((r,))
+            continue
+        if group and max_records and held + r.size > max_records:
+            tasks.append(tuple(group))
+            group, held = [], 0
+        group.append(r)
+        held += r.size
+        if held >= min_records:
+            tasks.append(tuple(group))
+            group, held = [], 0
+    if group:
+        tasks.append(tuple(group))
+    if min_tasks and len(tasks) < min(min_tasks, len(ranges)):
+        return alone
+    return tasks
+
+
 def rate_limit(
     start: PartitionOffsets, latest: PartitionOffsets, max_rows: int
 ) -> PartitionOffsets:

@@ -1,7 +1,8 @@
 """Executor side: read one :class:`~headwater_spark.planning.OffsetRange` through the
 client's fetch stream and yield Spark rows as Arrow batches.
 
-Runs in a Spark Python worker; imports only the client library (``headwater.client``,
+Runs in a Spark Python worker (the driver does not import it); a task reads its ranges
+with :func:`read_ranges`; imports only the client library (``headwater.client``,
 ``headwater.batch``), never ``services``. Client calls run on the worker's one loop
 (:mod:`headwater_spark.worker_loop`). Each call borrows one
 :class:`headwater.client.AsyncConsumer` (manual assignment, ``auto_offset_reset="none"``) from
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from headwater.client import AsyncConsumer, FetchedBatch
@@ -47,6 +48,13 @@ def _clip(fb: FetchedBatch, end: int) -> FetchedBatch | None:
     if stop <= fb.start:
         return None
     return fb if stop == fb.stop else FetchedBatch(fb.tp, fb.batch, fb.start, stop)
+
+
+def read_ranges(cfg: ExecutorConfig, ranges: Sequence[OffsetRange]) -> Iterator[Any]:
+    """Yield the records of one task's ranges, one range after the other (each as
+    :func:`read_range`; the pool hands the next range the consumer the last one returned)."""
+    for r in ranges:
+        yield from read_range(cfg, r)
 
 
 def read_range(cfg: ExecutorConfig, r: OffsetRange) -> Iterator[Any]:

@@ -35,15 +35,26 @@ class Resolver:
         self.opts = opts
         self.security = opts.security.client_security()
         self.admin = AdminClient(opts.bootstrap, security=self.security)
+        self._listed: list[TopicPartition] | None = None  # the last partitions() answer
 
     def close(self) -> None:
         self.admin.close()
 
     # ------------------------------------------------------------ partitions
 
-    def partitions(self) -> list[TopicPartition]:
+    def partitions(self, *, cached: bool = False) -> list[TopicPartition]:
         """The partitions the query reads now (subscribe, subscribePattern or assign).
-        Subscribed topics that do not exist (yet) contribute no partitions, as in Spark."""
+        Subscribed topics that do not exist (yet) contribute no partitions, as in Spark.
+
+        ``cached=True`` returns the previous answer when there is one instead of asking the
+        cluster again (a list_topics + describe_topics round): for the calls of one trigger
+        or one batch plan, after the call that looked up the partitions afresh."""
+        if cached and self._listed is not None:
+            return list(self._listed)
+        self._listed = self._list_partitions()
+        return list(self._listed)
+
+    def _list_partitions(self) -> list[TopicPartition]:
         o = self.opts
         if o.assign is not None:
             return sorted(o.assign)
@@ -142,8 +153,9 @@ class Resolver:
     def check_loss(self, start: PartitionOffsets, what: str) -> PartitionOffsets:
         """Compare ``start`` with each partition's log start: offsets below it were deleted.
         failOnDataLoss=true raises DataLossError; false logs a warning and moves the start up
-        to the log start. Partitions that no longer exist count as lost too."""
-        known = set(self.partitions())
+        to the log start. Partitions that no longer exist count as lost too (as of the last
+        partition lookup: the one that planned ``start``)."""
+        known = set(self.partitions(cached=True))
         gone = [tp for tp in start if tp not in known]
         log_start = self.earliest([tp for tp in start if tp in known])
         lost = {tp: (start[tp], log_start[tp]) for tp in log_start if start[tp] < log_start[tp]}

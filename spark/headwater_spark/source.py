@@ -25,9 +25,8 @@ from pyspark.sql.types import StructType
 from headwater.errors import InvalidConfigError
 from headwater_spark import arrow
 from headwater_spark.options import check_read_options, parse_source_options
-from headwater_spark.partition import HeadwaterPartition
-from headwater_spark.planning import ranges_between, split_ranges
-from headwater_spark.reader import read_range
+from headwater_spark.partition import HeadwaterPartition, plan, read_partition
+from headwater_spark.planning import ranges_between
 from headwater_spark.resolver import Resolver
 
 
@@ -44,20 +43,14 @@ class HeadwaterBatchReader(DataSourceReader):
             start = resolver.check_loss(start, "batch read")
         finally:
             resolver.close()
-        ranges = split_ranges(
-            ranges_between(start, {tp: end[tp] for tp in start}),
-            min_partitions=self.opts.min_partitions,
-            max_records=self.opts.max_records_per_partition,
-        )
-        cfg = self.opts.executor_config()
-        return [HeadwaterPartition(r, cfg) for r in ranges]
+        return plan(ranges_between(start, {tp: end[tp] for tp in start}), self.opts)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, HeadwaterPartition):
             # nothing to read (empty or no partitions): PySpark then plans one placeholder
             # InputPartition(None) instead of an empty list
             return iter(())
-        return read_range(partition.cfg, partition.rng)
+        return read_partition(partition)
 
 
 class HeadwaterDataSource(DataSource):

@@ -46,16 +46,14 @@ from pyspark.sql.streaming.datasource import (
 
 from headwater.errors import HeadwaterError
 from headwater_spark.options import parse_source_options
-from headwater_spark.partition import HeadwaterPartition
+from headwater_spark.partition import HeadwaterPartition, plan, read_partition
 from headwater_spark.planning import (
     PartitionOffsets,
     from_json,
     ranges_between,
     rate_limit,
-    split_ranges,
     to_json,
 )
-from headwater_spark.reader import read_range
 from headwater_spark.resolver import Resolver
 
 log = logging.getLogger(__name__)
@@ -76,6 +74,9 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         #: when the last micro-batch was admitted (minOffsetsPerTrigger); 0: the first
         #: trigger is always admitted, as in Spark's Kafka source
         self._last_trigger_ms = 0.0
+        #: the partition list looked up by initialOffset / prepareForTriggerAvailableNow at
+        #: the query's start is still fresh for the first latestOffset (the same trigger)
+        self._listing_fresh = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -92,6 +93,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def initialOffset(self) -> dict[str, Any]:
         r = self.resolver
+        self._listing_fresh = True
         return to_json(r.starting(r.partitions()))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -107,14 +109,18 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def prepareForTriggerAvailableNow(self) -> None:
         r = self.resolver
-        self._target = r.latest(r.partitions())
+        self._target = r.latest(r.partitions(cached=self._listing_fresh))
+        self._listing_fresh = True
         log.info("Trigger.AvailableNow: reading up to %s", to_json(self._target))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         r = self.resolver
         begin = from_json(start)
         self._commit_group(begin)
-        tps = r.partitions()
+        # each trigger looks the partitions up afresh (new partitions and topics join here,
+        # as in Spark's Kafka source), except the first right after the query's start
+        tps = r.partitions(cached=self._listing_fresh)
+        self._listing_fresh = False
         latest = r.latest(tps)
         if self._target is not None:
             latest = {
@@ -154,7 +160,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         r = self.resolver
-        return to_json(r.latest(r.partitions()))
+        return to_json(r.latest(r.partitions(cached=True)))
 
     # ------------------------------------------------------------ a micro-batch
 
@@ -168,17 +174,11 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if not todo:
             return []
         todo = r.check_loss(todo, "micro-batch")
-        ranges = split_ranges(
-            ranges_between(todo, {tp: stop[tp] for tp in todo}),
-            min_partitions=self.opts.min_partitions,
-            max_records=self.opts.max_records_per_partition,
-        )
-        cfg = self.opts.executor_config()
-        return [HeadwaterPartition(rng, cfg) for rng in ranges]
+        return plan(ranges_between(todo, {tp: stop[tp] for tp in todo}), self.opts)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, HeadwaterPartition)
-        return read_range(partition.cfg, partition.rng)
+        return read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._commit_group(from_json(end))

@@ -1,13 +1,20 @@
-"""Pure logic of the Spark source: option parsing, range splitting, rate limiting, offset JSON."""
+"""Pure logic of the Spark source: option parsing, range splitting and grouping, rate limiting,
+offset JSON."""
 
 from __future__ import annotations
 
 import itertools
 
 import pytest
-from headwater_spark.options import parse_sink_options, parse_source_options
+from headwater_spark.options import (
+    DEFAULT_MIN_RECORDS_PER_TASK,
+    parse_sink_options,
+    parse_source_options,
+)
+from headwater_spark.partition import plan
 from headwater_spark.planning import (
     OffsetRange,
+    coalesce_ranges,
     from_json,
     ranges_between,
     rate_limit,
@@ -109,3 +116,53 @@ def test_rate_limit_shares_by_backlog_and_always_progresses() -> None:
     assert end[A0] == 89 and end[A1] == 9 and end[B0] == 51
     assert sum(end[tp] - start[tp] for tp in end) <= 100
     assert rate_limit(start, latest, 10_000) == latest
+
+
+def _flat(tasks: list[tuple[OffsetRange, ...]]) -> list[OffsetRange]:
+    return [r for t in tasks for r in t]
+
+
+def test_coalesce_groups_small_ranges_and_keeps_each_range_exactly_once() -> None:
+    ranges = [OffsetRange("a", p, 0, 30) for p in range(8)] + [
+        OffsetRange("b", 0, 0, 500),
+        OffsetRange("b", 1, 10, 20),
+    ]
+    tasks = coalesce_ranges(ranges, min_records=100, max_records=None, min_tasks=None)
+    # 30-offset ranges packed until a task holds >= 100; the 500-offset range alone
+    assert [[r.size for r in t] for t in tasks] == [
+        [30, 30, 30, 30],
+        [30, 30, 30, 30],
+        [500],
+        [10],
+    ]
+    assert _flat(tasks) == ranges  # every range once, in order: nothing read twice or lost
+    assert coalesce_ranges(ranges, min_records=None, max_records=None, min_tasks=None) == [
+        (r,) for r in ranges
+    ]
+
+
+def test_coalesce_respects_max_records_and_min_partitions() -> None:
+    ranges = [OffsetRange("a", p, 0, 30) for p in range(8)]
+    capped = coalesce_ranges(ranges, min_records=100, max_records=70, min_tasks=None)
+    assert [sum(r.size for r in t) for t in capped] == [60, 60, 60, 60]
+    assert _flat(capped) == ranges
+    # grouping would leave 2 tasks, fewer than minPartitions=5: every range stays alone
+    kept = coalesce_ranges(ranges, min_records=100, max_records=None, min_tasks=5)
+    assert kept == [(r,) for r in ranges]
+    assert len(coalesce_ranges(ranges, min_records=100, max_records=None, min_tasks=2)) == 2
+
+
+def test_plan_groups_by_min_records_per_task_option() -> None:
+    base = {"bootstrap.servers": "h:1", "subscribe": "a"}
+    ranges = [OffsetRange("a", p, 0, 6_250) for p in range(16)]
+    default = parse_source_options(base, streaming=True)
+    assert default.min_records_per_task == DEFAULT_MIN_RECORDS_PER_TASK == 50_000
+    tasks = plan(ranges, default)
+    assert [len(t.ranges) for t in tasks] == [8, 8]
+    assert [r for t in tasks for r in t.ranges] == ranges
+    off = parse_source_options({**base, "minRecordsPerTask": "0"}, streaming=True)
+    assert off.min_records_per_task is None and len(plan(ranges, off)) == 16
+    small = parse_source_options({**base, "minrecordspertask": "20000"}, streaming=False)
+    assert [len(t.ranges) for t in plan(ranges, small)] == [4, 4, 4, 4]
+    with pytest.raises(InvalidConfigError, match="minRecordsPerTask"):
+        parse_source_options({**base, "minRecordsPerTask": "-3"}, streaming=False)
