@@ -30,6 +30,7 @@ from headwater_spark.consumer_pool import POOL
 from headwater_spark.options import ExecutorConfig
 from headwater_spark.planning import OffsetRange
 from headwater_spark.resolver import DataLossError
+from headwater_spark.worker_gc import freeze_once
 from headwater_spark.worker_loop import run as _run
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ def read_range(cfg: ExecutorConfig, r: OffsetRange) -> Iterator[Any]:
         raise
     finally:
         _run(POOL.release(cfg, consumer, reusable=reusable))
+    # the worker is set up now (imports, loop, a pooled consumer): PySpark's collection after
+    # each task need not walk it again
+    freeze_once()
 
 
 def _read_with(consumer: AsyncConsumer, cfg: ExecutorConfig, r: OffsetRange) -> Iterator[Any]:
