@@ -23,7 +23,7 @@ processed every produced record; then the group's lag is confirmed 0 with the CL
 ``--max-drain`` s.
 
     python bench/spark_streaming_scale.py [--rate 4000] [--seconds 300] [--partitions 16]
-        [--size 100] [--trigger "5 seconds"] [--sample 5] [--warmup 60] [--max-slope 0.01]
+        [--size 100] [--trigger "5 seconds"] [--sample 7] [--warmup 60] [--max-slope 0.01]
         [--max-drain 60] [--json out.json]
 """
 
@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -148,15 +149,20 @@ def batch_summary(batches: list[dict[str, Any]], after: float) -> dict[str, Any]
     }
 
 
-def slope(points: list[tuple[float, float]]) -> float | None:
-    """Least-squares slope of y over x (None with fewer than 3 points)."""
-    if len(points) < 3:
-        return None
+def slope(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares slope of y over x and its standard error (None with fewer than 3
+    points)."""
     n = len(points)
+    if n < 3:
+        return None
     mx = sum(x for x, _ in points) / n
     my = sum(y for _, y in points) / n
     sxx = sum((x - mx) ** 2 for x, _ in points)
-    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else None
+    if not sxx:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    resid = sum((y - my - b * (x - mx)) ** 2 for x, y in points)
+    return b, math.sqrt(resid / (n - 2) / sxx)
 
 
 def verdict(
@@ -180,9 +186,9 @@ def verdict(
     start, end = window
     steady = [(t, lag) for t, lag in points if start + warmup <= t <= end]
     second_half = [(t, lag) for t, lag in points if (start + end) / 2 <= t <= end]
-    b = slope(second_half)
+    fit = slope(second_half)
     bound = max_slope * rate
-    slope_ok = b is not None and abs(b) <= bound
+    slope_ok = fit is not None and abs(fit[0]) <= bound
     drain_ok = drain_secs <= max_drain
     return {
         "steady_s": [round(start + warmup, 1), round(end, 1)],
@@ -193,7 +199,8 @@ def verdict(
             round(max(lag for _, lag in steady) / rate, 1) if steady and rate else None
         ),
         "second_half_samples": len(second_half),
-        "second_half_slope_records_per_s": None if b is None else round(b, 2),
+        "second_half_slope_records_per_s": None if fit is None else round(fit[0], 2),
+        "second_half_slope_stderr": None if fit is None else round(fit[1], 2),
         "slope_bound_records_per_s": round(bound, 2),
         "drain_seconds": round(drain_secs, 1),
         "drain_bound_seconds": max_drain,
@@ -220,7 +227,13 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--size", type=int, default=100, help="value bytes")
     ap.add_argument("--trigger", default="5 seconds", help="processing-time trigger")
-    ap.add_argument("--sample", type=float, default=5, help="seconds between lag samples")
+    ap.add_argument(
+        "--sample",
+        type=float,
+        default=7,
+        help="seconds between lag samples (not a multiple of the trigger: the lag is a "
+        "sawtooth of the trigger's period, and samples at a fixed phase would alias it)",
+    )
     ap.add_argument("--group", default="spark-scale")
     ap.add_argument("--drain-timeout", type=float, default=600)
     ap.add_argument(
