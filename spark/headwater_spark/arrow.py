@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from headwater.batch.columns import BinaryColumn, Columns
-from headwater.client.fetched import FetchedBatch
+if TYPE_CHECKING:  # the driver imports this module for the schema only, not the decoder
+    from headwater.batch.columns import BinaryColumn, Columns
+    from headwater.client.fetched import FetchedBatch
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 HEADER_ENTRY = pa.struct([("key", pa.string()), ("value", pa.binary())])
