@@ -31,6 +31,7 @@ from headwater_spark.consumer_pool import POOL
 from headwater_spark.options import ExecutorConfig
 from headwater_spark.planning import OffsetRange
 from headwater_spark.resolver import DataLossError
+from headwater_spark.worker_gc import freeze_once
 from headwater_spark.worker_loop import run as _run
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,9 @@ def read_range(cfg: ExecutorConfig, r: OffsetRange) -> Iterator[Any]:
         raise
     finally:
         _run(POOL.release(cfg, consumer, reusable=reusable))
+    # the worker is set up now (imports, loop, a pooled consumer): PySpark's collection after
+    # each task need not walk it again
+    freeze_once()
 
 
 def _read_with(consumer: AsyncConsumer, cfg: ExecutorConfig, r: OffsetRange) -> Iterator[Any]:
@@ -96,7 +100,7 @@ def _read_with(consumer: AsyncConsumer, cfg: ExecutorConfig, r: OffsetRange) -> 
         if pieces:
             deadline = time.monotonic() + cfg.poll_timeout_ms / 1000
             if cfg.arrow_batches:
-                yield arrow.concat([arrow.to_spark_batch(p, cfg.include_headers) for p in pieces])
+                yield from arrow.spark_batches(pieces, cfg.include_headers)
             else:
                 for p in pieces:
                     yield from arrow.to_rows(p, cfg.include_headers)
