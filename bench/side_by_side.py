@@ -188,11 +188,25 @@ def _versus(hw: Row, k: Row) -> str:
     )
 
 
+def _at_least(what: str, hw: Row | None, ck: Row | None) -> tuple[str, str, bool | None] | None:
+    """(what, measured, Headwater's records/s >= confluent-kafka's?); "not measured" when one
+    side is missing, None when both are."""
+    if hw and ck:
+        got = (
+            f"{hw.records_per_sec:,.0f} vs {ck.records_per_sec:,.0f} rec/s: "
+            f"{hw.records_per_sec / ck.records_per_sec:.2f}x"
+        )
+        return (what, got, hw.records_per_sec >= ck.records_per_sec)
+    if hw or ck:
+        return (what, "not measured", None)
+    return None
+
+
 def per_record_targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
     """Issue 17: each per-record API (blocking ``Producer.send()``, asyncio ``produce()``)
     against confluent-kafka's ``produce()`` on the same workload, and the blocking
     ``Consumer``'s per-record iteration against confluent-kafka's consumer, in records/s."""
-    out: list[tuple[str, str, bool | None]] = []
+    out: list[tuple[str, str, bool | None] | None] = []
     for w in WORKLOADS:
         if w.kind != "produce-max" or w.rf != 1:
             continue
@@ -204,15 +218,7 @@ def per_record_targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
                 if r.system == "headwater" and r.workload == w.key and r.extra.get("mode") == mode
             ]
             what = f"{w.key}: {_MODE[mode]} ≥ confluent-kafka produce() records/s"
-            if hw and ck:
-                h = hw[0]
-                got = (
-                    f"{h.records_per_sec:,.0f} vs {ck.records_per_sec:,.0f} rec/s: "
-                    f"{h.records_per_sec / ck.records_per_sec:.2f}x"
-                )
-                out.append((what, got, h.records_per_sec >= ck.records_per_sec))
-            elif hw or ck:
-                out.append((what, "not measured", None))
+            out.append(_at_least(what, hw[0] if hw else None, ck))
     for w in WORKLOADS:
         if w.kind != "consume" or w.rf != 1:
             continue
@@ -223,16 +229,8 @@ def per_record_targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
             if r.system == "headwater" and r.workload == w.key and r.extra.get("mode") == "records"
         ]
         what = f"{w.key}: blocking Consumer per record ≥ confluent-kafka consumer records/s"
-        if hw and ck:
-            h = hw[0]
-            got = (
-                f"{h.records_per_sec:,.0f} vs {ck.records_per_sec:,.0f} rec/s: "
-                f"{h.records_per_sec / ck.records_per_sec:.2f}x"
-            )
-            out.append((what, got, h.records_per_sec >= ck.records_per_sec))
-        elif hw or ck:
-            out.append((what, "not measured", None))
-    return out
+        out.append(_at_least(what, hw[0] if hw else None, ck))
+    return [o for o in out if o is not None]
 
 
 def targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
