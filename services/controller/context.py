@@ -36,6 +36,11 @@ class ControllerContext(Protocol):
     #: rebalance
     imbalance_percent: float
 
+    def offline_replicas(self, key: PartitionKey) -> frozenset[int]:
+        """The brokers whose replica of ``key`` is offline: never elected
+        (:mod:`services.controller.offline_replicas`)."""
+        ...
+
     def keys_on(self, broker_id: int) -> list[PartitionKey]:
         """The partitions with ``broker_id`` among their replicas."""
         ...

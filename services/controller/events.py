@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -166,6 +167,10 @@ class ControllerLoop(PartitionLeadership):
         self.channels.on_leader_and_isr = self._leader_and_isr_answered
         #: replicas live brokers refused to host (cleared per broker on (re)registration)
         self.offline = OfflineReplicas()
+        #: broker id -> its ReplicaOutcomes with refusals posted but not yet handled: until
+        #: they are, every answer of that broker is posted too, so that a later success
+        #: clears the mark the earlier refusal makes (the queue keeps their order)
+        self._refusals_queued: Counter[int] = Counter()
         self.state: cs.ClusterState | None = None
         self.epoch: int | None = None
         #: Live brokers in controlled shutdown (never elected; cleared on (re)registration).
@@ -203,9 +208,14 @@ class ControllerLoop(PartitionLeadership):
     def _leader_and_isr_answered(
         self, broker: st.Broker, refused: dict[tuple[str, int], str], applied: list[tuple[str, int]]
     ) -> None:
-        """A link's report of an answered LeaderAndIsr: an event only when it can matter."""
-        if refused or self.offline.has(broker.broker_id):
-            self.post(ReplicaOutcomes(broker, refused, applied))
+        """A link's report of an answered LeaderAndIsr: an event only when it can matter (a
+        refusal, or an answer of a broker with marks, made or still queued to be made)."""
+        bid = broker.broker_id
+        if refused:
+            self._refusals_queued[bid] += 1
+        elif not (self.offline.has(bid) or self._refusals_queued[bid]):
+            return
+        self.post(ReplicaOutcomes(broker, refused, applied))
 
     @property
     def active(self) -> bool:
@@ -265,6 +275,10 @@ class ControllerLoop(PartitionLeadership):
             asyncio.get_running_loop().call_later(1.0, self.post, Resync())
 
     async def _handle(self, event: Event) -> None:
+        if isinstance(event, ReplicaOutcomes) and event.refused:
+            self._refusals_queued[event.broker.broker_id] -= 1
+            if self._refusals_queued[event.broker.broker_id] <= 0:
+                del self._refusals_queued[event.broker.broker_id]
         if isinstance(event, BecameActive):
             await self._become_active(event.epoch)
         elif isinstance(event, Resigned):

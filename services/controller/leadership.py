@@ -99,11 +99,13 @@ def shutdown_move(
     live: Collection[int],
     shutting: Collection[int],
     controller_epoch: int,
+    *,
+    offline: Collection[int] = NO_SHUTDOWN,
 ) -> st.PartitionState | None:
     """ControlledShutdown of the brokers in ``shutting``: leadership moves to another live ISR
-    member; a shutting-down follower leaves the ISR when others remain in it. A shutting-down
-    leader with no other live ISR member keeps leading (None)."""
-    eligible = [r for r in replicas if r in live and r not in shutting]
+    member not ``offline``; a shutting-down follower leaves the ISR when others remain in it.
+    A shutting-down leader with no other eligible ISR member keeps leading (None)."""
+    eligible = [r for r in replicas if r in live and r not in shutting and r not in offline]
     if current.leader in shutting:
         candidates = [r for r in eligible if r in current.isr]
         if not candidates:
@@ -123,11 +125,13 @@ def elect_preferred(
     controller_epoch: int,
     *,
     shutting: Collection[int] = NO_SHUTDOWN,
+    offline: Collection[int] = NO_SHUTDOWN,
 ) -> tuple[st.PartitionState | None, int, str]:
     """Preferred-replica election: ``(new state or None, ErrorCode, message)``.
 
     ELECTION_NOT_NEEDED when ``replicas[0]`` already leads; PREFERRED_LEADER_NOT_AVAILABLE
-    when it is not alive or not in the ISR (leadership is never moved outside the ISR)."""
+    when it is not alive, shutting down, its replica is ``offline``, or it is not in the ISR
+    (leadership is never moved outside the ISR)."""
     preferred = replicas[0]
     if current.leader == preferred:
         return None, ErrorCode.ELECTION_NOT_NEEDED, f"broker {preferred} already leads"
@@ -136,6 +140,12 @@ def elect_preferred(
             None,
             ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
             f"preferred leader {preferred} is not alive",
+        )
+    if preferred in offline:
+        return (
+            None,
+            ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+            f"preferred leader {preferred}'s replica is offline (it refused to host it)",
         )
     if preferred not in current.isr:
         return (
@@ -153,13 +163,23 @@ def elect_unclean(
     controller_epoch: int,
     *,
     shutting: Collection[int] = NO_SHUTDOWN,
+    offline: Collection[int] = NO_SHUTDOWN,
 ) -> tuple[st.PartitionState | None, int, str]:
     """Operator-requested unclean election of an offline partition: a live ISR member if one
-    exists (clean), else any live replica with ISR = [it] — possibly losing committed records.
-    ELECTION_NOT_NEEDED when the partition has a live leader."""
-    if current.leader in live:
+    exists (clean), else any live replica with ISR = [it] — possibly losing committed records;
+    never a replica ``offline``. ELECTION_NOT_NEEDED when the partition has a live leader
+    whose replica is not offline."""
+    if current.leader in live and current.leader not in offline:
         return None, ErrorCode.ELECTION_NOT_NEEDED, f"broker {current.leader} leads"
-    new = elect(replicas, current, live, controller_epoch, unclean=True, shutting=shutting)
+    new = elect(
+        replicas,
+        current,
+        live,
+        controller_epoch,
+        unclean=True,
+        shutting=shutting,
+        offline=offline,
+    )
     if new is None or new.leader == -1:
         return (
             None,

@@ -9,7 +9,10 @@ them, kept on the event-loop task:
 * a refusal marks ``(topic, partition)`` offline on the broker, for that topic id (a topic
   deleted and created again under the same name is a new partition) and that broker epoch;
 * a later LeaderAndIsr the broker answers without error for the partition (it found room)
-  clears the mark;
+  clears the mark; the loop's queue keeps each broker's answers in order, and an answer
+  without refusals is queued while the broker has marks *or refusals queued but not yet
+  handled* (``ControllerLoop._leader_and_isr_answered``), so a success that arrives before
+  the earlier refusal is handled still clears it;
 * a broker that goes, or registers again with a new epoch, loses its marks (a restarted broker
   tries every assigned partition again); a new controller starts with none and learns them
   from the answers to the LeaderAndIsr it sends every broker on activation.

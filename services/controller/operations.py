@@ -179,6 +179,7 @@ async def controlled_shutdown(
             state.brokers,
             loop.shutting_down,
             loop.epoch,
+            offline=loop.offline_replicas(key),
         )
         if new is not None:
             changes[key] = new
@@ -225,7 +226,12 @@ async def elect_leaders(
             continue
         elect = leadership.elect_unclean if unclean else leadership.elect_preferred
         new, code, message = elect(
-            replicas, state.partitions[key], state.brokers, loop.epoch, shutting=loop.shutting_down
+            replicas,
+            state.partitions[key],
+            state.brokers,
+            loop.epoch,
+            shutting=loop.shutting_down,
+            offline=loop.offline_replicas(key),
         )
         outcome[key] = (code, message)
         if new is not None:
@@ -266,7 +272,12 @@ async def rebalance_leaders(loop: ControllerContext) -> list[PartitionKey]:
         if replicas[0] not in brokers or cur.reassigning:
             continue
         new, _, _ = leadership.elect_preferred(
-            replicas, cur, state.brokers, loop.epoch, shutting=loop.shutting_down
+            replicas,
+            cur,
+            state.brokers,
+            loop.epoch,
+            shutting=loop.shutting_down,
+            offline=loop.offline_replicas(key),
         )
         if new is not None:
             changes[key] = new

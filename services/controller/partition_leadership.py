@@ -62,6 +62,12 @@ class PartitionLeadership(BrokerRequests):
             if broker_id in replicas
         ]
 
+    def offline_replicas(self, key: PartitionKey) -> frozenset[int]:
+        """The brokers whose replica of ``key`` is offline (never to be elected)."""
+        assert self.state is not None
+        topic = self.state.topics.get(key[0])
+        return self.offline.brokers(key, topic.topic_id) if topic is not None else frozenset()
+
     def reconcile(self, keys: Iterable[PartitionKey]) -> dict[PartitionKey, st.PartitionState]:
         """New states for partitions whose leadership must change given the live brokers."""
         assert self.state is not None and self.epoch is not None
@@ -78,7 +84,7 @@ class PartitionLeadership(BrokerRequests):
                 self.epoch,
                 unclean=unclean[key[0]],
                 shutting=self.shutting_down,
-                offline=self.offline.brokers(key, topic.topic_id),
+                offline=self.offline_replicas(key),
             )
             if new is not None:
                 out[key] = new

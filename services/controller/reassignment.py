@@ -168,9 +168,10 @@ def _few(ids: list[int], n: int = 5) -> str:
 # ---------------------------------------------------------------- commands (event loop)
 
 
-def _eligible(loop: ControllerContext) -> set[int]:
+def _eligible(loop: ControllerContext, key: PartitionKey) -> set[int]:
+    """The brokers that may lead ``key``: live, not shutting down, its replica not offline."""
     assert loop.state is not None
-    return set(loop.state.brokers) - loop.shutting_down
+    return set(loop.state.brokers) - loop.shutting_down - loop.offline_replicas(key)
 
 
 async def apply_step(loop: ControllerContext, key: PartitionKey, step: Step) -> None:
@@ -212,7 +213,7 @@ async def complete_ready(
         topic = loop.state.topics.get(key[0])
         if current is None or topic is None or not current.reassigning:
             continue
-        step = plan_complete(topic.assignment[key[1]], current, _eligible(loop), loop.epoch)
+        step = plan_complete(topic.assignment[key[1]], current, _eligible(loop, key), loop.epoch)
         if step is not None:
             await apply_step(loop, key, step)
             done.append(key)
@@ -261,13 +262,13 @@ async def alter_partition_reassignments(
                     )
                 )
                 continue
-            step: Step | None = plan_cancel(replicas, current, _eligible(loop), loop.epoch)
+            step: Step | None = plan_cancel(replicas, current, _eligible(loop, key), loop.epoch)
         else:
             why = check_target(target, state.brokers)
             if why is not None:
                 results.append(_result(key, ErrorCode.INVALID_REPLICA_ASSIGNMENT, why))
                 continue
-            step = plan_start(replicas, current, target, _eligible(loop), loop.epoch)
+            step = plan_start(replicas, current, target, _eligible(loop, key), loop.epoch)
         if step is not None:
             await apply_step(loop, key, step)
             await complete_ready(loop, [key])

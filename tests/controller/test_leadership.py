@@ -205,3 +205,29 @@ def test_offline_replicas_are_never_elected_and_leave_the_isr() -> None:
     assert s is not None and (s.leader, s.isr) == (2, (2, 3))
     # already out: nothing to change
     assert ld.elect([1, 2, 3], ps(2, (2, 3)), {1, 2, 3}, 4, offline={1}) is None
+
+
+def test_operator_and_shutdown_elections_never_pick_an_offline_replica() -> None:
+    # preferred election: the preferred replica is live and in the ISR but refused it
+    new, code, msg = ld.elect_preferred([1, 2], ps(2, (2, 1)), {1, 2}, 5, offline={1})
+    assert (new, code) == (None, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE) and "offline" in msg
+    # unclean election: a live leader whose replica is offline does not count as leading,
+    # and the replacement is never an offline replica
+    new, code, _ = ld.elect_unclean([1, 2, 3], ps(1, (1,)), {1, 2, 3}, 5, offline={1, 2})
+    assert code == ErrorCode.NONE and new is not None and (new.leader, new.isr) == (3, (3,))
+    none = ld.elect_unclean([1, 2], ps(-1, (1,)), {1, 2}, 5, offline={1, 2})
+    assert (none[0], none[1]) == (None, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+    # controlled shutdown: leadership skips the offline ISR member for the next one
+    s = ld.shutdown_move([1, 2, 3], ps(1, (1, 2, 3)), {1, 2, 3}, {1}, 4, offline={2})
+    assert s is not None and (s.leader, s.isr) == (3, (2, 3))
+    # only offline successors: the shutting-down leader stays (reported as remaining)
+    assert ld.shutdown_move([1, 2], ps(1, (1, 2)), {1, 2}, {1}, 4, offline={2}) is None
+
+
+def test_reassignment_never_moves_leadership_to_an_offline_replica() -> None:
+    # completing [1, 2] -> [3, 4]: the first target ISR member (3) refused it, 4 leads
+    cur = ps(1, (1, 2, 3, 4), adding=(3, 4), removing=(1, 2))
+    step = ra.plan_complete([3, 4, 1, 2], cur, {1, 2, 4}, 6)
+    assert step is not None and step.state.leader == 4
+    # only offline target replicas: not complete yet (no one in the target can lead)
+    assert ra.plan_complete([3, 4, 1, 2], cur, {1, 2}, 6) is None

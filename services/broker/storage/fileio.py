@@ -131,9 +131,14 @@ class LazyFile:
     (or reused) descriptor number. Index files of sealed segments are released for good
     (read once at load, written again only by a truncation); those of active segments count
     in ``files`` and are closed when others were used more recently.
+
+    Reopening may fail (``EMFILE``: the descriptor shortage the bound is for). A cut that
+    could not be made (:meth:`truncate`, or the cut-back of a failed :meth:`append`) is
+    remembered and made by the next :meth:`use` before anything else, so nothing is ever
+    written after bytes the owner has dropped.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_fd", "_files", "_lock", "path")
+    __slots__ = ("__weakref__", "_closed", "_cut_to", "_fd", "_files", "_lock", "path")
 
     def __init__(self, path: os.PathLike[str] | str, files: OpenFiles = INDEX_FILES) -> None:
         self.path = path
@@ -141,13 +146,16 @@ class LazyFile:
         self._files = files
         self._lock = threading.Lock()
         self._fd = -1
+        #: a length the file must be cut to before its next use (a cut that failed)
+        self._cut_to: int | None = None
         with self.use():  # creates the file
             pass
 
     @contextlib.contextmanager
     def use(self) -> Iterator[int]:
-        """The open descriptor, valid inside the ``with`` block only (reopened if released).
-        Raises ``OSError(EBADF)`` after :meth:`close`."""
+        """The open descriptor, valid inside the ``with`` block only (reopened if released;
+        a pending cut made first). Raises ``OSError(EBADF)`` after :meth:`close`, and
+        ``OSError`` when the file cannot be reopened or cut."""
         with self._lock:
             if self._closed:
                 raise OSError(errno.EBADF, f"{self.path} is closed")
@@ -156,14 +164,40 @@ class LazyFile:
                 self._files._opened(self)
             else:
                 self._files._touch(self)
+            if self._cut_to is not None:
+                os.ftruncate(self._fd, self._cut_to)
+                self._cut_to = None
             yield self._fd
+
+    def truncate(self, length: int) -> None:
+        """Cut the file to ``length`` bytes. On ``OSError`` (raised) the cut stays pending:
+        the next :meth:`use` makes it before anything else (class doc)."""
+        with self._lock:
+            self._cut_to = length if self._cut_to is None else min(self._cut_to, length)
+        with self.use():
+            pass
+
+    def append(self, data: bytes | bytearray | memoryview, length: int) -> None:
+        """Write ``data`` at the end of the file, ``length`` bytes long before. On ``OSError``
+        (raised) the file is cut back to ``length``, now or at the next :meth:`use`."""
+        try:
+            with self.use() as fd:
+                write_all(fd, data)
+        except OSError:
+            with contextlib.suppress(OSError):
+                self.truncate(length)
+            raise
 
     @property
     def is_open(self) -> bool:
         return self._fd >= 0
 
     def fsync(self) -> None:
-        """fsync the file (through a descriptor of its own, so writers do not wait)."""
+        """fsync the file (through a descriptor of its own, so writers do not wait), after
+        making a pending cut."""
+        if self._cut_to is not None:
+            with self.use():
+                pass
         with self._lock:
             if self._closed:
                 raise OSError(errno.EBADF, f"{self.path} is closed")
@@ -178,14 +212,24 @@ class LazyFile:
             os.close(self._fd)
             self._fd = -1
 
+    def _try_pending_cut(self) -> None:
+        """Make a pending cut now if the file can be opened (else it stays pending)."""
+        if self._cut_to is not None:
+            with contextlib.suppress(OSError), self.use():
+                pass
+
     def release(self) -> None:
-        """Close the descriptor; the next use reopens the file."""
+        """Close the descriptor (a pending cut made first if it can be); the next use
+        reopens the file."""
+        self._try_pending_cut()
         with self._lock:
             self._close_fd()
         self._files._forget(self)
 
     def close(self) -> None:
-        """Close for good: later uses raise ``OSError(EBADF)`` instead of reopening."""
+        """Close for good (a pending cut made first if it can be; a file left longer is
+        validated against the log when loaded): later uses raise ``OSError(EBADF)``."""
+        self._try_pending_cut()
         with self._lock:
             self._close_fd()
             self._closed = True

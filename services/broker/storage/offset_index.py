@@ -93,11 +93,13 @@ class OffsetIndex:
         """Append ``(absolute offset, position)`` entries, both strictly increasing.
 
         Memory first (readers may use them at once: the positions are already written to
-        the log), then one write to the file.
+        the log), then one write to the file. On ``OSError`` (raised) neither keeps any of
+        them (the file's cut may be pending: ``fileio.LazyFile``).
         """
         if not entries:
             return
         rel, pos = self._cols
+        n = len(pos)
         last_rel = rel[-1] if len(pos) else -1
         last_pos = pos[-1] if len(pos) else -1
         out = bytearray()
@@ -112,8 +114,11 @@ class OffsetIndex:
             pos.append(position)
             out += ENTRY.pack(r, position)
             last_rel, last_pos = r, position
-        with self._file.use() as fd:
-            fileio.write_all(fd, out)
+        try:
+            self._file.append(out, n * ENTRY_SIZE)
+        except OSError:
+            self._cols = (rel[:n], pos[:n])
+            raise
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries whose offset is >= ``offset`` (memory and file)."""
@@ -121,17 +126,16 @@ class OffsetIndex:
         self.truncate_to_length(bisect.bisect_left(rel, offset - self.base_offset, 0, len(pos)))
 
     def truncate_to_length(self, n: int) -> None:
-        """Keep the first ``n`` entries (a new column tuple: readers keep theirs)."""
+        """Keep the first ``n`` entries (a new column tuple: readers keep theirs). Memory is
+        cut even when the file cannot be (``OSError`` raised; the cut is then pending)."""
         rel, pos = self._cols
         self._cols = (rel[:n], pos[:n])
-        with self._file.use() as fd:
-            os.ftruncate(fd, n * ENTRY_SIZE)
+        self._file.truncate(n * ENTRY_SIZE)
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
         """Replace everything with ``entries`` (used after a rebuild scan)."""
         self._cols = (array("I"), array("I"))
-        with self._file.use() as fd:
-            os.ftruncate(fd, 0)
+        self._file.truncate(0)
         self.append_many(entries)
 
     # -- reader side --------------------------------------------------------------------

@@ -25,6 +25,7 @@ descriptor at once: call it only when no reader can still use the segment (shutd
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import weakref
 from collections.abc import Iterator
@@ -38,6 +39,8 @@ from services.broker.storage import fileio
 from services.broker.storage.offset_index import MAX_U32, OffsetIndex
 from services.broker.storage.time_index import NO_TIMESTAMP, TimeIndex
 from services.broker.storage.txn_index import TxnIndex
+
+log = logging.getLogger(__name__)
 
 #: Bytes read at once when walking batch headers (lookups, tail scans).
 SCAN_CHUNK = 16 * 1024
@@ -162,10 +165,20 @@ class LogSegment:
             self.offset_index.append_many(index_entries)
             self.time_index.maybe_append_many(time_entries)
         except OSError as exc:
-            os.ftruncate(self.fd, start)
-            self.offset_index.truncate_to_length(saved[0])
-            self.time_index.truncate_to_length(saved[1])
+            # Memory first, whatever the files do: an index cuts its entries even when its
+            # file cannot be cut (reopened, e.g. EMFILE); that cut is then made at its next use.
             self.max_timestamp, self.offset_of_max_timestamp, self._bytes_since_index = saved[2:]
+            with contextlib.suppress(OSError):
+                self.offset_index.truncate_to_length(saved[0])
+            with contextlib.suppress(OSError):
+                self.time_index.truncate_to_length(saved[1])
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError as cut:
+                raise KafkaStorageError(
+                    f"index write for {self.log_path} failed ({exc}); "
+                    f"cutting the log back failed too: {cut}"
+                ) from exc
             raise KafkaStorageError(f"index write for {self.log_path} failed: {exc}") from exc
         self.size = pos
         self.next_offset = metas[-1].last_offset + 1
@@ -200,8 +213,13 @@ class LogSegment:
 
     def seal(self) -> None:
         """The segment stops being active: record its largest timestamp in the time index
-        and release the index descriptors (reopened only if a truncation writes again)."""
-        self.time_index.maybe_append_many([(self.max_timestamp, self.offset_of_max_timestamp)])
+        and release the index descriptors (reopened only if a truncation writes again).
+        KafkaStorageError (the segment stays active and unchanged) when the entry cannot be
+        written."""
+        try:
+            self.time_index.maybe_append_many([(self.max_timestamp, self.offset_of_max_timestamp)])
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot seal {self.log_path}: {exc}") from exc
         self.offset_index.release()
         self.time_index.release()
 
@@ -272,6 +290,8 @@ class LogSegment:
         A batch is bad when its header does not parse, it extends past the end of the file,
         its CRC does not match (``check_crc``), or its base offset is below the previous
         batch's next offset (or the segment's base). Returns the number of bytes cut off.
+        KafkaStorageError when the log cannot be cut; an index whose file cannot be written
+        (reopened, e.g. EMFILE) is left empty instead (logged; still correct, see below).
         """
         file_size = os.fstat(self.fd).st_size
         buf = bytearray(RECOVERY_CHUNK)
@@ -317,8 +337,13 @@ class LogSegment:
                 raise KafkaStorageError(f"cannot truncate {self.log_path}: {exc}") from exc
         self.size = pos
         self.next_offset = expected
-        self.offset_index.reset(index_entries)
-        self.time_index.reset(time_entries)
+        for index, entries in ((self.offset_index, index_entries), (self.time_index, time_entries)):
+            try:
+                index.reset(entries)
+            except OSError as exc:
+                # the index is left empty (its file cut at its next use): lookups scan the
+                # segment from its start, still correct; later entries make it sparse
+                log.warning("cannot rebuild %s (left empty): %s", index.path.name, exc)
         self.rolling_base_ms = first_ts
         return cut
 
@@ -329,7 +354,10 @@ class LogSegment:
         """
         found = self.find_position(offset, self.size)
         if found is not None:
-            os.ftruncate(self.fd, found[0])
+            try:
+                os.ftruncate(self.fd, found[0])
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot truncate {self.log_path}: {exc}") from exc
         self.recover(check_crc=False)
         return self.next_offset
 

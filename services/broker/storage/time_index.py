@@ -79,8 +79,11 @@ class TimeIndex:
     # -- writer side --------------------------------------------------------------------
 
     def maybe_append_many(self, entries: list[tuple[int, int]]) -> None:
-        """Append the ``(timestamp, absolute offset)`` entries that raise the maximum."""
+        """Append the ``(timestamp, absolute offset)`` entries that raise the maximum. On
+        ``OSError`` (raised) neither memory nor the file keeps any of them (the file's cut
+        may be pending: ``fileio.LazyFile``)."""
         ts_col, rel_col = self._cols
+        n = len(rel_col)
         last_ts = ts_col[len(rel_col) - 1] if len(rel_col) else NO_TIMESTAMP
         last_rel = rel_col[-1] if len(rel_col) else 0
         out = bytearray()
@@ -95,8 +98,11 @@ class TimeIndex:
             out += ENTRY.pack(ts, r)
             last_ts, last_rel = ts, r
         if out:
-            with self._file.use() as fd:
-                fileio.write_all(fd, out)
+            try:
+                self._file.append(out, n * ENTRY_SIZE)
+            except OSError:
+                self._cols = (ts_col[:n], rel_col[:n])
+                raise
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries whose offset is >= ``offset`` (memory and file)."""
@@ -106,16 +112,15 @@ class TimeIndex:
         )
 
     def truncate_to_length(self, n: int) -> None:
-        """Keep the first ``n`` entries (a new column tuple: readers keep theirs)."""
+        """Keep the first ``n`` entries (a new column tuple: readers keep theirs). Memory is
+        cut even when the file cannot be (``OSError`` raised; the cut is then pending)."""
         ts_col, rel_col = self._cols
         self._cols = (ts_col[:n], rel_col[:n])
-        with self._file.use() as fd:
-            os.ftruncate(fd, n * ENTRY_SIZE)
+        self._file.truncate(n * ENTRY_SIZE)
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
         self._cols = (array("q"), array("I"))
-        with self._file.use() as fd:
-            os.ftruncate(fd, 0)
+        self._file.truncate(0)
         self.maybe_append_many(entries)
 
     # -- reader side --------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""Offline replica marks as the controller's event loop keeps them (review of issue 17 item 4):
+an answer that shows the broker now hosts a refused partition must clear its mark, and no
+election may hand leadership back to a replica still marked offline.
+
+In-process: a ControllerLoop with a hand-built cluster state, its etcd write replaced by one
+that adopts the fenced states as written (no etcd, no links: what it sends is dropped)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from headwater.platform.cluster_layout import Topic
+from services.controller import cluster_state as cs
+from services.controller import operations
+from services.controller import state as st
+from services.controller.events import ControllerLoop
+
+pytestmark = pytest.mark.fast
+
+KEY = ("t", 0)
+TOPIC_ID = "id1"
+B1 = st.Broker(1, "127.0.0.1", 1, "", "", 101)
+
+
+def _loop(monkeypatch: pytest.MonkeyPatch, replicas: list[int]) -> ControllerLoop:
+    loop = ControllerLoop(
+        None,  # type: ignore[arg-type]  # never reached: write is replaced below
+        controller_id=9,
+        host="127.0.0.1",
+        port=1,
+        auto_leader_rebalance=False,
+        crash_detection=False,
+    )
+    state = cs.ClusterState()
+    for bid in replicas:
+        state.apply(cs.BrokerRegistered(dataclasses.replace(B1, broker_id=bid, epoch=100 + bid)))
+    state.apply(cs.TopicCreated(Topic("t", TOPIC_ID, {0: list(replicas)}, {})))
+    first = st.PartitionState(replicas[0], 1, tuple(replicas), 1, 4)
+    state.apply(cs.PartitionChanged("t", 0, first))
+    loop.state = state
+    loop.epoch = 4
+
+    async def write(changes: dict[tuple[str, int], st.PartitionState]) -> list[tuple[str, int]]:
+        for (topic, p), s in changes.items():
+            state.apply(cs.PartitionChanged(topic, p, s))
+        return sorted(changes)
+
+    monkeypatch.setattr(loop, "write", write)
+    return loop
+
+
+async def _drain(loop: ControllerLoop) -> None:
+    while not loop._queue.empty():
+        await loop._handle(loop._queue.get_nowait())
+
+
+def test_an_answer_hosting_a_refused_partition_clears_its_mark_even_before_the_refusal_is_handled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def body() -> None:
+        loop = _loop(monkeypatch, [1, 2, 3])
+        b1 = loop.state.brokers[1]  # type: ignore[union-attr]
+        # broker 1's link: one LeaderAndIsr answered with KAFKA_STORAGE_ERROR for t-0, then
+        # the next one (already queued on the link) answered without error: it created t-0.
+        # Both answers reach the controller before its event loop takes the first one.
+        loop._leader_and_isr_answered(b1, {KEY: TOPIC_ID}, [])
+        loop._leader_and_isr_answered(b1, {}, [KEY])
+        await _drain(loop)
+        # broker 1 hosts t-0: it must not stay an offline replica (never elected, dropped
+        # from the ISR at every reconcile although it follows the leader)
+        assert loop.offline.brokers(KEY, TOPIC_ID) == frozenset()
+        assert len(loop.offline) == 0
+
+    asyncio.run(asyncio.wait_for(body(), 10))
+
+
+def test_preferred_rebalance_does_not_elect_a_replica_marked_offline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def body() -> None:
+        loop = _loop(monkeypatch, [1])
+        b1 = loop.state.brokers[1]  # type: ignore[union-attr]
+        # the only replica refused the partition: no leader, the ISR keeps it (clean later)
+        loop._leader_and_isr_answered(b1, {KEY: TOPIC_ID}, [])
+        await _drain(loop)
+        s = loop.state.partitions[KEY]  # type: ignore[union-attr]
+        assert (s.leader, s.isr) == (-1, (1,))
+        assert loop.offline.brokers(KEY, TOPIC_ID) == {1}
+        # the automatic preferred-leader rebalance (broker 1 leads none of its preferred
+        # partitions) must not hand t-0 back to the replica that does not exist: a refusal
+        # of that LeaderAndIsr marks nothing new, so no reconcile would ever undo it
+        moved = await operations.rebalance_leaders(loop)
+        s = loop.state.partitions[KEY]  # type: ignore[union-attr]
+        assert moved == [] and s.leader == -1, s
+
+    asyncio.run(asyncio.wait_for(body(), 10))
