@@ -8,14 +8,15 @@ Spark's schema (``includeHeaders`` adds the last column)::
 Conversion is per batch, never per record: key/value/headers are the Arrow views
 :meth:`headwater.batch.RecordBatch.to_arrow` builds over the fetched bytes; the timestamp is one
 vectorised cast (ms -> Spark's us, UTC); topic, partition and timestampType are constant columns
-built from repeated buffers. The row path (:func:`to_rows`) exists for comparison
+built from repeated buffers. A poll's batches go to Spark through :func:`coalesce`: large
+ones as they are, small ones concatenated. The row path (:func:`to_rows`) exists for comparison
 (``arrowBatches=false``, bench/spark_read.py) and does Python work per record.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -69,13 +70,45 @@ def to_spark_batch(fb: FetchedBatch, include_headers: bool) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(cols, names=names)
 
 
+#: An Arrow batch at least this large (``RecordBatch.nbytes``) crosses to the JVM as it is;
+#: smaller consecutive ones are concatenated up to it (see :func:`coalesce`).
+MIN_BATCH_BYTES = 256 * 1024
+
+
 def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    """Batches of one poll as one Arrow batch (one copy per column; fewer, larger batches
-    cross to the JVM)."""
+    """``batches`` as one Arrow batch (one copy per column unless there is only one)."""
     if len(batches) == 1:
         return batches[0]
     table = pa.Table.from_batches(batches).combine_chunks()
     return table.to_batches()[0]
+
+
+def coalesce(
+    batches: Iterable[pa.RecordBatch], min_bytes: int = MIN_BATCH_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """The batches of one poll, in order, as few Arrow batches for Spark.
+
+    A batch of at least ``min_bytes`` is yielded as it is (no copy: Spark's Python data
+    source path sends every yielded ``RecordBatch`` to the JVM unchanged); runs of smaller
+    consecutive batches are concatenated (one copy) until they reach ``min_bytes``, so small
+    fetched batches still cross as few, larger ones. Every row is yielded once, in order.
+    """
+    run: list[pa.RecordBatch] = []
+    size = 0
+    for b in batches:
+        if b.nbytes >= min_bytes:
+            if run:
+                yield concat(run)
+                run, size = [], 0
+            yield b
+            continue
+        run.append(b)
+        size += b.nbytes
+        if size >= min_bytes:
+            yield concat(run)
+            run, size = [], 0
+    if run:
+        yield concat(run)
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

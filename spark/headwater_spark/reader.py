@@ -96,7 +96,8 @@ def _read_with(consumer: AsyncConsumer, cfg: ExecutorConfig, r: OffsetRange) -> 
         if pieces:
             deadline = time.monotonic() + cfg.poll_timeout_ms / 1000
             if cfg.arrow_batches:
-                yield arrow.concat([arrow.to_spark_batch(p, cfg.include_headers) for p in pieces])
+                spark_batches = [arrow.to_spark_batch(p, cfg.include_headers) for p in pieces]
+                yield from arrow.coalesce(spark_batches)
             else:
                 for p in pieces:
                     yield from arrow.to_rows(p, cfg.include_headers)
