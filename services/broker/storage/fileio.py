@@ -222,9 +222,9 @@ class LazyFile:
         """Close the descriptor (a pending cut made first if it can be); the next use
         reopens the file."""
         self._try_pending_cut()
-        with self._lock:
-            self._close_fd()
-        self._files._forget(self)
+        with self._lock:  # forgotten under the lock (order as in use()): a use() racing
+            self._close_fd()  # this release reopens after it and registers again
+            self._files._forget(self)
 
     def close(self) -> None:
         """Close for good (a pending cut made first if it can be; a file left longer is
@@ -233,7 +233,7 @@ class LazyFile:
         with self._lock:
             self._close_fd()
             self._closed = True
-        self._files._forget(self)
+            self._files._forget(self)
 
 
 def replace_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
