@@ -4,7 +4,9 @@ nothing, and a file being used is never closed under its user."""
 
 from __future__ import annotations
 
+import collections
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,23 @@ def test_a_use_racing_a_release_stays_counted_in_the_bound(tmp_path: Path) -> No
     f.close()
     assert len(files) == 0
 
+
+def test_an_open_past_the_bound_visits_only_the_files_it_closes(tmp_path: Path) -> None:
+    """Eviction walks from the least recently used end and stops: not a copy of the set."""
+    visited = [0]
+
+    class Counting(collections.OrderedDict[LazyFile, None]):
+        def __iter__(self) -> Iterator[LazyFile]:
+            for k in super().__iter__():
+                visited[0] += 1
+                yield k
+
+    files = OpenFiles(200)
+    files._lru = Counting()
+    opened = [LazyFile(tmp_path / f"{i}.index", files) for i in range(200)]
+    visited[0] = 0
+    extra = LazyFile(tmp_path / "extra.index", files)
+    assert visited[0] == 1
+    assert not opened[0].is_open and opened[1].is_open and extra.is_open and len(files) == 200
+    for f in [*opened, extra]:
+        f.close()

@@ -97,17 +97,21 @@ class OpenFiles:
             excess = len(self._lru) - self.bound
             if excess <= 0:
                 return
-            for victim in list(self._lru):
-                if excess <= 0:
-                    break
+            # From the least recently used end, stopping once enough are closed: usually the
+            # first entry, so an open past the bound costs O(1), not a copy of the whole set.
+            closed = []
+            for victim in self._lru:
                 if victim is f or not victim._lock.acquire(blocking=False):
                     continue
                 try:
                     victim._close_fd()
                 finally:
                     victim._lock.release()
+                closed.append(victim)
+                if len(closed) >= excess:
+                    break
+            for victim in closed:
                 del self._lru[victim]
-                excess -= 1
 
     def _touch(self, f: LazyFile) -> None:
         with self._lock:
