@@ -59,6 +59,7 @@ from headwater.config import TopicConfig
 from headwater.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
+    KafkaStorageError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -67,6 +68,7 @@ from headwater.errors import (
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
+    message_of,
 )
 from services.broker import metrics
 
@@ -160,6 +162,9 @@ class Partition:
         self.high_watermark = 0
         #: an ISR change sent to the controller and not answered yet (one at a time).
         self.pending_isr: tuple[int, ...] | None = None
+        #: why this replica is offline when a storage error took it there (None otherwise):
+        #: it answers KAFKA_STORAGE_ERROR until a LeaderAndIsr applies again.
+        self.storage_error: str | None = None
         self.followers: dict[int, FollowerState] = {}
         #: the log end offset when this replica became leader of the current epoch.
         self._epoch_start_offset = 0
@@ -222,8 +227,15 @@ class Partition:
                 metrics.observe_isr_change(self.isr, s.isr)
             self._set_state(s)
             self.role = Role.LEADER
+            self.storage_error = None
             if new:
-                await asyncio.to_thread(self.log.assign_epoch, s.leader_epoch)
+                try:
+                    await asyncio.to_thread(self.log.assign_epoch, s.leader_epoch)
+                except Exception as exc:
+                    # Not leading an epoch that is not on disk: offline before the append
+                    # lock lets a waiting produce in (the controller moves the leadership).
+                    self.go_offline(message_of(exc))
+                    raise
                 self._epoch_start_offset = self.log_end_offset
                 self.followers = {
                     r: FollowerState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
@@ -253,6 +265,7 @@ class Partition:
             )
             self._set_state(s)
             self.role = Role.FOLLOWER
+            self.storage_error = None
             self.followers = {}
             self.high_watermark = min(
                 max(self.high_watermark, self.log_start_offset), self.log_end_offset
@@ -283,9 +296,11 @@ class Partition:
             self.config = config
             self._advance_high_watermark()
 
-    def go_offline(self) -> None:
-        """Stop serving: fail further calls and wake every waiting fetch stream."""
+    def go_offline(self, storage_error: str | None = None) -> None:
+        """Stop serving: fail further calls and wake every waiting fetch stream.
+        ``storage_error``: offline for that I/O error (:attr:`storage_error`)."""
         self.role = Role.OFFLINE
+        self.storage_error = storage_error
         self._notify()
 
     # ------------------------------------------------------------------ notification
@@ -373,6 +388,10 @@ class Partition:
     def check_writable(self, acks_all: bool) -> None:
         """Raise unless this replica may take a produce request now."""
         if self.role is Role.OFFLINE:
+            if self.storage_error is not None:
+                raise KafkaStorageError(
+                    f"{self.topic}-{self.partition} is offline: {self.storage_error}"
+                )
             raise UnknownTopicOrPartitionError(f"{self.topic}-{self.partition} is not hosted here")
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
