@@ -81,6 +81,9 @@ T = TypeVar("T")
 #: high watermark for consumers, the log end for a follower's fetch: the tail, in the page
 #: cache), run on the event loop: a page-cache write or read of that size takes tens of
 #: microseconds, less than the worker-thread hop (two GIL hand-offs, a wake-up) it replaces.
+#: A read is inline only when the bytes from its offset to the log end, as the in-memory
+#: offset index bounds them, are at most ``_INLINE_READ_BYTES`` too, all in the active
+#: segment: a few records of megabytes each (up to a fetch's max_bytes) go to a thread.
 #: Measured at 10 MB/s of 1 KiB records, linger 0 (bench/peers/headwater.py e2e, issue 10):
 #: append p50 1.3-2.3 ms -> 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU
 #: -20%. An append goes to a worker thread after all when another thread holds the log (flush
@@ -89,6 +92,7 @@ T = TypeVar("T")
 #: and a leader's answer to it were a thousand thread hops each, every round (issue 17 item 3).
 _INLINE_APPEND_BYTES = 256 * 1024
 _INLINE_READ_RECORDS = 256
+_INLINE_READ_BYTES = 256 * 1024
 
 #: Producer-state rejections, by exception class, as the rejection metric's ``reason`` label.
 _REJECTION_REASONS: dict[type[Exception], str] = {
@@ -617,9 +621,12 @@ class Partition:
     def read_now(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
         """:meth:`read` without awaiting when it is a short read of the tail, else None."""
         bound = self.log_end_offset if max_offset is None else max_offset
-        if 0 <= bound - offset <= _INLINE_READ_RECORDS:
-            return self.log.read(offset, max_bytes, max_offset)
-        return None
+        if not 0 <= bound - offset <= _INLINE_READ_RECORDS:
+            return None
+        tail = self.log.tail_bytes_from(offset)
+        if tail is None or tail > _INLINE_READ_BYTES:
+            return None  # a few large records, or a sealed segment: maybe a disk read
+        return self.log.read(offset, max_bytes, max_offset)
 
     async def read(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
         """Whole batches from ``offset`` up to ``max_offset`` (a FetchSlice), off the loop
