@@ -59,6 +59,7 @@ from headwater.config import TopicConfig
 from headwater.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
+    KafkaStorageError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -67,6 +68,7 @@ from headwater.errors import (
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
+    message_of,
 )
 from services.broker import metrics
 
@@ -79,6 +81,9 @@ T = TypeVar("T")
 #: high watermark for consumers, the log end for a follower's fetch: the tail, in the page
 #: cache), run on the event loop: a page-cache write or read of that size takes tens of
 #: microseconds, less than the worker-thread hop (two GIL hand-offs, a wake-up) it replaces.
+#: A read is inline only when the bytes from its offset to the log end, as the in-memory
+#: offset index bounds them, are at most ``_INLINE_READ_BYTES`` too, all in the active
+#: segment: a few records of megabytes each (up to a fetch's max_bytes) go to a thread.
 #: Measured at 10 MB/s of 1 KiB records, linger 0 (bench/peers/headwater.py e2e, issue 10):
 #: append p50 1.3-2.3 ms -> 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU
 #: -20%. An append goes to a worker thread after all when another thread holds the log (flush
@@ -87,6 +92,7 @@ T = TypeVar("T")
 #: and a leader's answer to it were a thousand thread hops each, every round (issue 17 item 3).
 _INLINE_APPEND_BYTES = 256 * 1024
 _INLINE_READ_RECORDS = 256
+_INLINE_READ_BYTES = 256 * 1024
 
 #: Producer-state rejections, by exception class, as the rejection metric's ``reason`` label.
 _REJECTION_REASONS: dict[type[Exception], str] = {
@@ -160,6 +166,9 @@ class Partition:
         self.high_watermark = 0
         #: an ISR change sent to the controller and not answered yet (one at a time).
         self.pending_isr: tuple[int, ...] | None = None
+        #: why this replica is offline when a storage error took it there (None otherwise):
+        #: it answers KAFKA_STORAGE_ERROR until a LeaderAndIsr applies again.
+        self.storage_error: str | None = None
         self.followers: dict[int, FollowerState] = {}
         #: the log end offset when this replica became leader of the current epoch.
         self._epoch_start_offset = 0
@@ -222,8 +231,15 @@ class Partition:
                 metrics.observe_isr_change(self.isr, s.isr)
             self._set_state(s)
             self.role = Role.LEADER
+            self.storage_error = None
             if new:
-                await asyncio.to_thread(self.log.assign_epoch, s.leader_epoch)
+                try:
+                    await asyncio.to_thread(self.log.assign_epoch, s.leader_epoch)
+                except Exception as exc:
+                    # Not leading an epoch that is not on disk: offline before the append
+                    # lock lets a waiting produce in (the controller moves the leadership).
+                    self.go_offline(message_of(exc))
+                    raise
                 self._epoch_start_offset = self.log_end_offset
                 self.followers = {
                     r: FollowerState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
@@ -253,6 +269,7 @@ class Partition:
             )
             self._set_state(s)
             self.role = Role.FOLLOWER
+            self.storage_error = None
             self.followers = {}
             self.high_watermark = min(
                 max(self.high_watermark, self.log_start_offset), self.log_end_offset
@@ -283,9 +300,11 @@ class Partition:
             self.config = config
             self._advance_high_watermark()
 
-    def go_offline(self) -> None:
-        """Stop serving: fail further calls and wake every waiting fetch stream."""
+    def go_offline(self, storage_error: str | None = None) -> None:
+        """Stop serving: fail further calls and wake every waiting fetch stream.
+        ``storage_error``: offline for that I/O error (:attr:`storage_error`)."""
         self.role = Role.OFFLINE
+        self.storage_error = storage_error
         self._notify()
 
     # ------------------------------------------------------------------ notification
@@ -373,6 +392,10 @@ class Partition:
     def check_writable(self, acks_all: bool) -> None:
         """Raise unless this replica may take a produce request now."""
         if self.role is Role.OFFLINE:
+            if self.storage_error is not None:
+                raise KafkaStorageError(
+                    f"{self.topic}-{self.partition} is offline: {self.storage_error}"
+                )
             raise UnknownTopicOrPartitionError(f"{self.topic}-{self.partition} is not hosted here")
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
@@ -598,9 +621,12 @@ class Partition:
     def read_now(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
         """:meth:`read` without awaiting when it is a short read of the tail, else None."""
         bound = self.log_end_offset if max_offset is None else max_offset
-        if 0 <= bound - offset <= _INLINE_READ_RECORDS:
-            return self.log.read(offset, max_bytes, max_offset)
-        return None
+        if not 0 <= bound - offset <= _INLINE_READ_RECORDS:
+            return None
+        tail = self.log.tail_bytes_from(offset)
+        if tail is None or tail > _INLINE_READ_BYTES:
+            return None  # a few large records, or a sealed segment: maybe a disk read
+        return self.log.read(offset, max_bytes, max_offset)
 
     async def read(self, offset: int, max_bytes: int, max_offset: int | None) -> Any:
         """Whole batches from ``offset`` up to ``max_offset`` (a FetchSlice), off the loop

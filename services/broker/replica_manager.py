@@ -173,8 +173,11 @@ class ReplicaManager:
 
     def leader_partition(self, topic: str, partition: int) -> Partition:
         """The partition if this broker leads it; raises UNKNOWN_TOPIC_OR_PARTITION when the
-        cluster does not know it, NOT_LEADER_OR_FOLLOWER when another broker leads it."""
+        cluster does not know it, NOT_LEADER_OR_FOLLOWER when another broker leads it,
+        KAFKA_STORAGE_ERROR when a storage error took it offline here."""
         p = self.partitions.get((topic, partition))
+        if p is not None and p.role is Role.OFFLINE and p.storage_error is not None:
+            raise KafkaStorageError(f"{topic}-{partition} is offline: {p.storage_error}")
         if p is None or p.role is Role.OFFLINE:
             if self.metadata.has_partition(topic, partition):
                 raise NotLeaderOrFollowerError(
@@ -355,6 +358,8 @@ class ReplicaManager:
                     try:
                         applied[i] = await self._apply_assignment(a)
                     except Exception as exc:
+                        if isinstance(exc, KafkaStorageError):
+                            self._storage_failed((a.topic, a.state.partition), exc)
                         if not isinstance(exc, HeadwaterError):
                             log.exception(
                                 "LeaderAndIsr for %s-%d failed", a.topic, a.state.partition
@@ -385,6 +390,20 @@ class ReplicaManager:
                 )
             self._update_role_gauges()
             return resp
+
+    def _storage_failed(self, key: Key, exc: KafkaStorageError) -> None:
+        """A hosted partition's state could not be applied for an I/O error (a leader-epoch
+        checkpoint that could not be written, say): it goes offline here, as Kafka does for a
+        failed log directory, until a later LeaderAndIsr applies. It must not keep serving
+        the role it was half-way into (a leadership the controller is about to move away):
+        produce and fetch now answer KAFKA_STORAGE_ERROR (clients refresh their metadata) and
+        it follows nobody. Its log stays open for that later LeaderAndIsr."""
+        p = self.partitions.get(key)
+        if p is None:
+            return
+        log.error("%r: offline after a storage error applying LeaderAndIsr: %s", p, exc)
+        self.fetchers.remove(key)
+        p.go_offline(message_of(exc))
 
     def _refuse_past_descriptors(
         self, by_key: dict[Key, list[int]], failures: list[Exception | None]

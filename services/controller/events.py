@@ -506,12 +506,16 @@ class ControllerLoop(PartitionLeadership):
             )
         if back:
             log.info("broker %d hosts %d replicas it had refused", b.broker_id, len(back))
-        changed = await self.write(self.reconcile([*gone, *back]))
+        # Every refused key, not only the newly marked ones: a mark whose reconcile was not
+        # written (an etcd error) is reconciled at the next refusal; ``elect`` changes
+        # nothing where nothing must change, so a repeated refusal writes and sends nothing.
+        changed = await self.write(self.reconcile([*refused, *back]))
         if not changed:
             return
-        lost = set(gone)
-        self.send_leader_and_isr([k for k in changed if k in lost], exclude=b.broker_id)
-        self.send_leader_and_isr([k for k in changed if k not in lost])
+        # The refusing broker is told too: a replica it hosts (a leadership whose epoch it
+        # could not write) must learn it no longer leads, not keep taking produce from
+        # clients with old metadata. Its refusal of this request marks nothing new: no loop.
+        self.send_leader_and_isr(changed)
         self.send_update_metadata()
 
     async def _broker_died(self, broker: st.Broker) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from headwater.errors import KafkaStorageError
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker.metadata_cache import MetadataCache
@@ -146,3 +147,36 @@ def test_a_request_logs_its_partition_states_in_one_line(
     assert lines[0].index("t-0") < lines[0].index("t-1") < lines[0].index("t-2")
     assert lines[0].count(f"(replicas [{ME}], isr [{ME}])") == 3
     assert resp.partitions[3].error_code != ErrorCode.NONE  # epoch 0 after epoch 1
+
+
+def test_a_hosted_partition_whose_leadership_cannot_be_written_goes_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader-epoch checkpoint of a new leadership fails with an I/O error: the answer is
+    KAFKA_STORAGE_ERROR and the partition does not go on leading (taking acks=1 produce the
+    controller moved away) but is offline, answering NOT_LEADER_OR_FOLLOWER; a later
+    LeaderAndIsr that applies brings it back."""
+    rm = _manager(tmp_path)
+    resp = asyncio.run(rm.leader_and_isr(request(assignment("t", 0, 0))))
+    assert resp.partitions[0].error_code == ErrorCode.NONE
+    assign = Log.assign_epoch
+
+    def failing(self: Log, epoch: int) -> None:
+        raise KafkaStorageError("leader-epoch checkpoint: EIO")
+
+    monkeypatch.setattr(Log, "assign_epoch", failing)
+    resp = asyncio.run(rm.leader_and_isr(request(assignment("t", 0, 1))))
+    assert resp.partitions[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    p = rm.partitions[("t", 0)]
+    assert not p.is_leader
+    with pytest.raises(KafkaStorageError):
+        rm.leader_partition("t", 0)  # produce, fetch, replica fetch, list offsets
+    with pytest.raises(KafkaStorageError):
+        p.check_writable(acks_all=False)
+
+    monkeypatch.setattr(Log, "assign_epoch", assign)
+    resp = asyncio.run(rm.leader_and_isr(request(assignment("t", 0, 1))))
+    assert resp.partitions[0].error_code == ErrorCode.NONE
+    assert rm.leader_partition("t", 0) is p and p.is_leader and p.leader_epoch == 1
+    entries = read_entries(p.log.dir)
+    assert entries is not None and [e.epoch for e in entries] == [0, 1]

@@ -167,3 +167,30 @@ def test_a_follower_append_now_declines_what_would_wait(tmp_path: Path) -> None:
         follower.log.close()
 
     asyncio.run(main())
+
+
+def test_a_tail_read_of_few_large_records_goes_to_a_worker_thread(tmp_path: Path) -> None:
+    """Few records behind the log end but megabytes of them: not read on the event loop."""
+
+    async def main() -> None:
+        leader, follower = await _leader_and_follower(tmp_path)
+        big = [encode_batch([bytes([tag]) * (512 * 1024)], timestamps=[1000]) for tag in range(4)]
+        for buf in big:
+            await leader.append(
+                buf, validate_batches(buf, max_batch_bytes=1 << 21), acks_all=False, timeout_ms=0
+            )
+        assert leader.log_end_offset == 4  # 4 records behind: few enough by count alone
+        assert leader.read_now(0, 8 << 20, None) is None
+        assert leader.read_now(3, 8 << 20, None) is None  # one 512 KiB record
+        part = await leader.read(0, 8 << 20, None)
+        assert len(part.data) == sum(len(b) for b in big)  # (offsets assigned by the leader)
+        small = _batch(1, 9)
+        await leader.append(
+            small, validate_batches(small, max_batch_bytes=1 << 20), acks_all=False, timeout_ms=0
+        )
+        now = leader.read_now(4, 8 << 20, None)  # a small record past the large ones
+        assert now is not None and len(now.data) == len(small)
+        leader.log.close()
+        follower.log.close()
+
+    asyncio.run(main())

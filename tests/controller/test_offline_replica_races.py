@@ -13,6 +13,8 @@ import dataclasses
 import pytest
 
 from headwater.platform.cluster_layout import Topic
+from headwater.platform.etcd import EtcdError
+from headwater.v1 import broker_pb2
 from services.controller import cluster_state as cs
 from services.controller import operations
 from services.controller import state as st
@@ -95,5 +97,72 @@ def test_preferred_rebalance_does_not_elect_a_replica_marked_offline(
         moved = await operations.rebalance_leaders(loop)
         s = loop.state.partitions[KEY]  # type: ignore[union-attr]
         assert moved == [] and s.leader == -1, s
+
+    asyncio.run(asyncio.wait_for(body(), 10))
+
+
+def _recorded(
+    loop: ControllerLoop, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[int, broker_pb2.LeaderAndIsrRequest]]:
+    """The LeaderAndIsr requests the loop sends from now on, with their broker ids."""
+    sent: list[tuple[int, broker_pb2.LeaderAndIsrRequest]] = []
+
+    def send(bid: int, req: object) -> None:
+        if isinstance(req, broker_pb2.LeaderAndIsrRequest):
+            sent.append((bid, req))
+
+    monkeypatch.setattr(loop.channels, "send", send)
+    return sent
+
+
+def test_the_refusing_broker_is_told_its_leadership_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Broker 1 leads t-0 and refuses its LeaderAndIsr (its leader-epoch checkpoint failed):
+    leadership moves, and broker 1 is told so too, or it would keep leading (acks=1 produce
+    from clients with old metadata, truncated later). Its repeated refusal changes nothing."""
+
+    async def body() -> None:
+        loop = _loop(monkeypatch, [1, 2, 3])
+        b1 = loop.state.brokers[1]  # type: ignore[union-attr]
+        sent = _recorded(loop, monkeypatch)
+        loop._leader_and_isr_answered(b1, {KEY: TOPIC_ID}, [])
+        await _drain(loop)
+        s = loop.state.partitions[KEY]  # type: ignore[union-attr]
+        assert s.leader == 2 and 1 not in s.isr, s
+        told = {bid: [a.state.leader for a in req.partitions] for bid, req in sent}
+        assert told == {1: [2], 2: [2], 3: [2]}
+        sent.clear()
+        loop._leader_and_isr_answered(b1, {KEY: TOPIC_ID}, [])  # refused again
+        await _drain(loop)
+        assert sent == [] and loop.state.partitions[KEY] == s  # type: ignore[index]
+
+    asyncio.run(asyncio.wait_for(body(), 10))
+
+
+def test_a_refusal_marked_before_reconciles_when_its_first_write_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The write moving t-0 away from broker 1 fails (etcd unavailable): the broker's next
+    refusal marks nothing new but must still move the leadership."""
+
+    async def body() -> None:
+        loop = _loop(monkeypatch, [1, 2, 3])
+        b1 = loop.state.brokers[1]  # type: ignore[union-attr]
+        adopt = loop.write
+
+        async def unavailable(changes: dict[tuple[str, int], st.PartitionState]) -> list[object]:
+            raise EtcdError("etcd unavailable")
+
+        monkeypatch.setattr(loop, "write", unavailable)
+        loop._leader_and_isr_answered(b1, {KEY: TOPIC_ID}, [])
+        with pytest.raises(EtcdError):
+            await _drain(loop)
+        assert loop.offline.brokers(KEY, TOPIC_ID) == {1}
+        assert loop.state.partitions[KEY].leader == 1  # type: ignore[union-attr]
+        monkeypatch.setattr(loop, "write", adopt)
+        loop._leader_and_isr_answered(b1, {KEY: TOPIC_ID}, [])
+        await _drain(loop)
+        assert loop.state.partitions[KEY].leader == 2  # type: ignore[union-attr]
 
     asyncio.run(asyncio.wait_for(body(), 10))

@@ -4,7 +4,9 @@ nothing, and a file being used is never closed under its user."""
 
 from __future__ import annotations
 
+import collections
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,54 @@ def test_logs_keep_every_index_entry_when_their_index_files_are_closed_between_w
         assert seg.indexes_existed and len(seg.offset_index) == 2
         assert log.log_end_offset == 9
         log.close()
+
+
+def test_a_use_racing_a_release_stays_counted_in_the_bound(tmp_path: Path) -> None:
+    """release() forgets the file under its lock: a use() that reopens it at that moment
+    registers after the forget, so no open descriptor is left outside the bound."""
+    import threading
+
+    raced: list[threading.Thread] = []
+
+    def use_once(f: LazyFile) -> None:
+        with f.use():
+            pass
+
+    class Racing(OpenFiles):
+        def _forget(self, f: LazyFile) -> None:
+            if not raced:  # a use() on another thread, exactly between close and forget
+                t = threading.Thread(target=use_once, args=(f,))
+                raced.append(t)
+                t.start()
+                t.join(timeout=0.5)  # finishes now only if release() dropped f's lock
+            super()._forget(f)
+
+    files = Racing(4)
+    f = LazyFile(tmp_path / "f", files)
+    f.release()
+    raced[0].join(timeout=10)
+    assert not raced[0].is_alive()
+    assert f.is_open and len(files) == 1  # the reopened descriptor is counted
+    f.close()
+    assert len(files) == 0
+
+
+def test_an_open_past_the_bound_visits_only_the_files_it_closes(tmp_path: Path) -> None:
+    """Eviction walks from the least recently used end and stops: not a copy of the set."""
+    visited = [0]
+
+    class Counting(collections.OrderedDict[LazyFile, None]):
+        def __iter__(self) -> Iterator[LazyFile]:
+            for k in super().__iter__():
+                visited[0] += 1
+                yield k
+
+    files = OpenFiles(200)
+    files._lru = Counting()
+    opened = [LazyFile(tmp_path / f"{i}.index", files) for i in range(200)]
+    visited[0] = 0
+    extra = LazyFile(tmp_path / "extra.index", files)
+    assert visited[0] == 1
+    assert not opened[0].is_open and opened[1].is_open and extra.is_open and len(files) == 200
+    for f in [*opened, extra]:
+        f.close()

@@ -97,17 +97,21 @@ class OpenFiles:
             excess = len(self._lru) - self.bound
             if excess <= 0:
                 return
-            for victim in list(self._lru):
-                if excess <= 0:
-                    break
+            # From the least recently used end, stopping once enough are closed: usually the
+            # first entry, so an open past the bound costs O(1), not a copy of the whole set.
+            closed = []
+            for victim in self._lru:
                 if victim is f or not victim._lock.acquire(blocking=False):
                     continue
                 try:
                     victim._close_fd()
                 finally:
                     victim._lock.release()
+                closed.append(victim)
+                if len(closed) >= excess:
+                    break
+            for victim in closed:
                 del self._lru[victim]
-                excess -= 1
 
     def _touch(self, f: LazyFile) -> None:
         with self._lock:
@@ -222,9 +226,9 @@ class LazyFile:
         """Close the descriptor (a pending cut made first if it can be); the next use
         reopens the file."""
         self._try_pending_cut()
-        with self._lock:
-            self._close_fd()
-        self._files._forget(self)
+        with self._lock:  # forgotten under the lock (order as in use()): a use() racing
+            self._close_fd()  # this release reopens after it and registers again
+            self._files._forget(self)
 
     def close(self) -> None:
         """Close for good (a pending cut made first if it can be; a file left longer is
@@ -233,7 +237,7 @@ class LazyFile:
         with self._lock:
             self._close_fd()
             self._closed = True
-        self._files._forget(self)
+            self._files._forget(self)
 
 
 def replace_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:

@@ -51,6 +51,17 @@ class LogReads(LogState):
             return read_batches(seg, pos, h, end, max_bytes, limit)
         return FetchSlice(b"", offset, offset)
 
+    def tail_bytes_from(self, offset: int) -> int | None:
+        """At least the bytes :meth:`read` would cover from ``offset`` to the log end, from
+        the in-memory offset index (no I/O): the active segment's end minus the position of
+        its last index entry at or below ``offset``. None when ``offset`` is outside the
+        active segment (a sealed segment's read is not a read of the tail)."""
+        snap = self._snap
+        if not snap.segments or not snap.bases[-1] <= offset <= snap.log_end_offset:
+            return None
+        _, pos = snap.segments[-1].offset_index.lookup(offset)
+        return snap.active_end - pos
+
     def offset_for_timestamp(self, timestamp: int) -> TimestampMatch | None:
         """The first record (offset, timestamp) with timestamp >= ``timestamp``, or None."""
         snap = self._snap
