@@ -18,7 +18,7 @@ import pytest
 from headwater.dev.etcd_server import EtcdServer, find_etcd
 from headwater.dev.tls import CertificateAuthority
 from headwater.platform import etcd as hetcd
-from tests.helpers.wait import async_wait_for
+from tests.helpers.wait import async_wait_for, wait_for
 
 
 def run(coro: Any) -> Any:
@@ -236,6 +236,17 @@ def test_tls_with_client_certificates(tmp_path: Path) -> None:
         server.stop()
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is in state T (stopped), from /proc/PID/task/*/stat."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            return False
+    return bool(states) and all(st in ("T", "t") for st in states)
+
+
 def test_deadline_against_a_stopped_etcd_and_a_callers_cancellation(
     own_etcd: EtcdServer,
 ) -> None:
@@ -248,6 +259,13 @@ def test_deadline_against_a_stopped_etcd_and_a_callers_cancellation(
             await c.put("/test/stop", "v")
             os.kill(own_etcd.pid, signal.SIGSTOP)
             try:
+                # kill() returns before every thread of etcd has stopped: under load a call
+                # sent at once could still be answered
+                wait_for(
+                    lambda: _all_threads_stopped(own_etcd.pid),
+                    timeout=10,
+                    what="every etcd thread stopped",
+                )
                 with pytest.raises(hetcd.EtcdUnavailableError):
                     await c.get("/test/stop")
                 with pytest.raises(hetcd.EtcdUnavailableError):

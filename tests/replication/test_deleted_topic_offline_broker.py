@@ -87,6 +87,14 @@ def _topic_dirs(c: LocalCluster, broker: int) -> list[str]:
 
 
 def _offsets(address: str, p: int) -> tuple[int, int]:
+    got = _try_offsets(address, p)
+    assert got is not None, f"{address} does not serve {TOPIC}-{p}"
+    return got
+
+
+def _try_offsets(address: str, p: int) -> tuple[int, int] | None:
+    """(earliest, latest) of ``p`` as ``address`` answers ListOffsets, or None while it does
+    not know the topic yet (its LeaderAndIsr/UpdateMetadata not applied)."""
     ch, s = stub(address)
     with ch:
         resp = s.ListOffsets(
@@ -98,7 +106,10 @@ def _offsets(address: str, p: int) -> tuple[int, int]:
             ),
             timeout=5,
         )
-    assert [r.error_code for r in resp.partitions] == [0, 0], resp
+    codes = [r.error_code for r in resp.partitions]
+    if codes == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2:
+        return None
+    assert codes == [0, 0], resp
     return resp.partitions[0].offset, resp.partitions[1].offset
 
 
@@ -158,6 +169,12 @@ def test_restarted_broker_drops_the_deleted_topic_and_leads_the_new_one_from_zer
     victim = c3.brokers[VICTIM].address
     pdir = partition_dir(c3.data_dir, VICTIM, TOPIC, pv)
     assert pdir is not None and partition_metadata.read_topic_id(pdir) == new_id
+    # etcd names the leader before the broker has applied what the controller sent it
+    wait_for(
+        lambda: _try_offsets(victim, pv) is not None,
+        timeout=30,
+        what=f"the restarted broker to serve {TOPIC}-{pv}",
+    )
     assert _offsets(victim, pv) == (0, 0)
     assert fetched_values(victim, TOPIC, pv) == ([], 0)
 
