@@ -15,6 +15,7 @@ from headwater.config import TopicConfig
 from services.broker import partition as partition_mod
 from services.broker.partition import LeaderState, Partition
 from services.broker.storage.log import Log
+from tests.helpers.wait import async_wait_for
 
 pytestmark = pytest.mark.fast
 
@@ -118,9 +119,12 @@ def test_a_replica_long_poll_wakes_at_an_append_on_any_partition(tmp_path: Path)
         led = dict(enumerate(parts))
         loop = asyncio.get_running_loop()
         poll = asyncio.ensure_future(_long_poll(req, led, loop.time() + 60, False))
-        await asyncio.sleep(0)  # the poll is waiting now: every log end is 0
+
+        async def parked() -> bool:  # every log end is 0: the poll waits
+            return all(len(p._append_watchers) == 1 for p in parts)
+
+        await async_wait_for(parked, timeout=10, what="the poll watching every partition")
         assert not poll.done()
-        assert all(len(p._append_watchers) == 1 for p in parts)
         buf = _batch(1, 0)
         await parts[17].append(
             buf, validate_batches(buf, max_batch_bytes=1 << 20), acks_all=False, timeout_ms=0

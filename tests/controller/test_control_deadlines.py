@@ -5,6 +5,7 @@ and a LeaderAndIsr answer's refused partitions reach the controller's callback."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from headwater.v1 import broker_pb2, metadata_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import broker_channels as bc
 from services.controller import state as st
+from tests.helpers.wait import async_wait_for
 
 
 def lai(n: int) -> broker_pb2.LeaderAndIsrRequest:
@@ -83,7 +85,7 @@ def test_a_link_sends_with_the_scaled_deadline_and_reports_refused_partitions() 
         try:
             link.send(lai(4))
             link.send(lai(2000))
-            await asyncio.wait_for(_delivered(link, 2), 10)
+            await async_wait_for(_delivered(link, 2), timeout=10, what="both requests delivered")
         finally:
             await link.close()
         assert stub.timeouts == [bc.rpc_timeout_s(lai(4)), bc.rpc_timeout_s(lai(2000))]
@@ -96,6 +98,8 @@ def test_a_link_sends_with_the_scaled_deadline_and_reports_refused_partitions() 
     asyncio.run(scenario())
 
 
-async def _delivered(link: bc.BrokerLink, n: int) -> None:
-    while link.delivered < n:
-        await asyncio.sleep(0.01)
+def _delivered(link: bc.BrokerLink, n: int) -> Callable[[], Awaitable[bool]]:
+    async def done() -> bool:
+        return link.delivered >= n
+
+    return done

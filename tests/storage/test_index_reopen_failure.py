@@ -43,14 +43,7 @@ def test_an_index_that_cannot_be_reopened_fails_the_append_and_leaves_the_segmen
     # both index files closed by the LRU since their last write (other partitions' were used)
     seg.offset_index._file.release()
     seg.time_index._file.release()
-    real_open = os.open
-
-    def emfile(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if str(path).endswith((".index", ".timeindex")) and flags & os.O_RDWR:
-            raise OSError(errno.EMFILE, "Too many open files", str(path))
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", emfile)
+    _no_index_reopen(monkeypatch)
     with pytest.raises(KafkaStorageError):
         append(log, make_batch(tag=2, ts=3_000))
     monkeypatch.undo()
