@@ -111,12 +111,18 @@ class ProcessRunner:
 
     # ---- registration (from ``start``)
 
-    def task(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Start ``coro`` now as the guarded background task ``name`` (cancelled at shutdown)."""
+    def task(
+        self, name: str, coro: Coroutine[Any, Any, None], *, finishes: bool = False
+    ) -> asyncio.Task[None]:
+        """Start ``coro`` now as the guarded background task ``name`` (cancelled at shutdown).
+
+        A task runs for the life of the process: its return stops the process as a failure,
+        unless ``finishes`` (a one-off step in the background, e.g. reporting ready once some
+        condition holds); a raise always does."""
         if self._tg is None:
             coro.close()
             raise RuntimeError("ProcessRunner.task() is only available while run() runs")
-        task = self._tg.create_task(self._guard(name, coro), name=name)
+        task = self._tg.create_task(self._guard(name, coro, finishes), name=name)
         self._tasks.append(task)
         return task
 
@@ -230,7 +236,7 @@ class ProcessRunner:
                 log.exception("%s: %s %s failed", self.name, what, step.name)
                 self.failed = True
 
-    async def _guard(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+    async def _guard(self, name: str, coro: Coroutine[Any, Any, None], finishes: bool) -> None:
         try:
             await coro
         except asyncio.CancelledError:
@@ -238,5 +244,7 @@ class ProcessRunner:
         except Exception:
             log.critical("task %s crashed; stopping %s", name, self.name, exc_info=True)
         else:
+            if finishes:
+                return
             log.critical("task %s exited unexpectedly; stopping %s", name, self.name)
         self.fail()

@@ -122,6 +122,7 @@ async def start_server(
     security: ServerSecurity | None = None,
     auth: ServerAuth | None = None,
     limits: request_limits.RequestLimits = request_limits.DEFAULT_LIMITS,
+    serving: bool = True,
 ) -> RunningServer:
     """Create, register and start a server on ``host:port`` (0 picks a free port).
 
@@ -134,6 +135,8 @@ async def start_server(
     after the start): serve the Authenticator, verify bearer tokens and, with its authorizer,
     enforce ACLs on every call.
     ``limits``: the request limits of every method (:mod:`headwater.platform.limits`).
+    ``serving``: health reports SERVING once started; False leaves it NOT_SERVING until the
+    caller's :meth:`RunningServer.set_serving` (a broker: once it has the cluster's metadata).
     """
     interceptors: list[grpc.aio.ServerInterceptor] = [
         request_limits.LimitInterceptor(service, limits),  # first: it decodes every request
@@ -164,7 +167,7 @@ async def start_server(
     await server.start()
     mport = -1 if metrics_port is None else metrics.start_http(host, metrics_port)
     running = RunningServer(server, bound, health_servicer, mport, names, auth)
-    await running.set_serving(True)
+    await running.set_serving(serving)
     mode = "plaintext"
     if credentials is not None and security is not None:
         mode = f"TLS, client auth {security.client_auth}"

@@ -5,14 +5,21 @@ its partitions' leader, ISR and epochs, the controller and the cluster id); this
 in one assignment, so a reader never sees half of an update. Owned by the event loop:
 ``update`` is called only by the UpdateMetadata handler (after controller-epoch fencing),
 readers are handlers on the same loop.
+
+Until the first snapshot arrives the broker knows nothing of the cluster: :meth:`describe`
+raises ``BROKER_NOT_AVAILABLE`` (a retriable error: a client asks another broker) rather than
+answer "no topics", and :attr:`received` is unset (the broker's health stays NOT_SERVING until
+it is, so Kubernetes routes no client to it and a rolling restart waits for it). A Kafka broker
+likewise serves clients only once it has caught up with the cluster's metadata.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from headwater.errors import UnknownTopicOrPartitionError
+from headwater.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
 from headwater.v1 import broker_pb2, metadata_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 
@@ -32,6 +39,8 @@ class MetadataCache:
 
     def __init__(self) -> None:
         self._snap = _Snapshot()
+        #: set by the first :meth:`update` (the broker has the cluster's metadata)
+        self.received = asyncio.Event()
 
     def update(self, request: broker_pb2.UpdateMetadataRequest) -> None:
         """Replace the whole view with the request's snapshot."""
@@ -62,6 +71,7 @@ class MetadataCache:
             topics=topics,
             coordinators=tuple(coordinators),
         )
+        self.received.set()
 
     @property
     def cluster_id(self) -> str:
@@ -102,7 +112,13 @@ class MetadataCache:
         Clients see what a Kafka client sees: no broker epochs, no controller epoch and no
         partition epoch (the fencing values of the control RPCs, which only the controller
         sends; the broker keeps them in this cache for its own use, :meth:`broker`/:meth:`topic`).
+
+        Raises BrokerNotAvailableError before the first snapshot (module doc).
         """
+        if not self.received.is_set():
+            raise BrokerNotAvailableError(
+                "this broker has not received the cluster's metadata from the controller yet"
+            )
         snap = self._snap
         wanted = list(dict.fromkeys(topics))
         resp = metadata_pb2.MetadataResponse(

@@ -42,7 +42,8 @@ def test_registers_the_advertised_address(etcd: str, tmp_path: Path) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             answer = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
-        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        # no controller has sent it the cluster's metadata: it answers, as not ready
+        assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
     finally:
         assert broker.stop() == 0
 

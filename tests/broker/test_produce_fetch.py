@@ -259,10 +259,10 @@ def test_health_and_metrics(controller: ActingController) -> None:
 
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    controller.create_topic("metered")  # an UpdateMetadata: the broker now serves
     health = health_pb2_grpc.HealthStub(controller.channel)
     status = health.Check(health_pb2.HealthCheckRequest(service="headwater.v1.Broker"), timeout=10)
     assert status.status == health_pb2.HealthCheckResponse.SERVING
-    controller.create_topic("metered")
     produce(controller, "metered", 0, encode_batch([b"m" * 100]))
     port = controller.broker.metrics_port
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()

@@ -92,6 +92,10 @@ class Pod:
         self.child.start()
 
     def serving(self, credentials: grpc.ChannelCredentials | None = None) -> bool:
+        return self.health(credentials) == health_pb2.HealthCheckResponse.SERVING
+
+    def health(self, credentials: grpc.ChannelCredentials | None = None) -> int | None:
+        """The pod's health status, or None when it does not answer (not up, TLS refused)."""
         target = f"127.0.0.1:{self.port}"
         channel = (
             grpc.secure_channel(target, credentials)
@@ -101,9 +105,9 @@ class Pod:
         try:
             stub = health_pb2_grpc.HealthStub(channel)
             reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
-            return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+            return int(reply.status)
         except grpc.RpcError:
-            return False
+            return None
         finally:
             channel.close()
 
@@ -197,10 +201,14 @@ def test_rendered_tls_broker_serves_tls(
         private_key=client.key.read_bytes(),
         certificate_chain=client.cert.read_bytes(),
     )
+    # no controller runs here: the broker answers NOT_SERVING (it has no cluster metadata)
     wait_until(
-        lambda: broker.serving(creds), timeout=60, what="TLS broker SERVING", watch=[broker.child]
+        lambda: broker.health(creds) == health_pb2.HealthCheckResponse.NOT_SERVING,
+        timeout=60,
+        what="TLS broker answering health",
+        watch=[broker.child],
     )
-    assert not broker.serving()  # plaintext refused
+    assert broker.health() is None  # plaintext refused
     assert "--authorizer" in broker.argv
 
 
