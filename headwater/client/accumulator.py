@@ -236,9 +236,14 @@ class Accumulator(BufferMemory):
         sealed a batch yields the GIL once before returning (the sender starts at once).
         """
         # The per-record hot path of every blocking send(): attribute reads are kept to
-        # what the common case (an open batch with room, no key/headers/callback) needs.
+        # what the common case (an open batch with room, no key/headers/callback) needs, and
+        # the lock is taken with acquire/release rather than ``with`` (the with statement's
+        # special-method lookups cost about as much again as the lock itself: ~0.15 µs of the
+        # caller's ~1.7 µs per record, measured).
         sealed = False
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             if self.closed is not None:
                 raise self.closed
             used = self.used + nbytes
@@ -281,6 +286,8 @@ class Accumulator(BufferMemory):
             if size + nbytes > limit:
                 self.seal(batch)  # the next record of this size would not fit
                 sealed = True
+        finally:
+            lock.release()
         if sealed and threading.get_ident() != self._loop_thread:
             # Hand the GIL over now: the loop thread, woken by the seal, would otherwise wait
             # up to the interpreter's switch interval (5 ms, several 1 MiB batches of 1 KiB
