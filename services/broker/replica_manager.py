@@ -370,6 +370,10 @@ class ReplicaManager:
             # leader-epoch checkpoint's fsyncs of a new leadership, opening a log) overlaps
             # in the worker threads instead of costing one partition after another.
             await asyncio.gather(*(apply(indexes) for indexes in by_key.values()))
+            try:  # the new partitions' files, written without an fsync each
+                await asyncio.to_thread(self.log_manager.sync_created)
+            except OSError as exc:
+                log.error("LeaderAndIsr: cannot write back the new partitions: %s", exc)
             states = [x for x in applied if x is not None]
             if states:
                 # One line for the request: a failover's thousand partition states written

@@ -104,6 +104,10 @@ class Log(LogCleanup, LogReads):
             if not stray.stem.isdigit() or int(stray.stem) not in bases:
                 stray.unlink()
         recovery_point = cp.recovery_point if cp else 0
+        # A log with nothing stored (a new partition): its checkpoint and epoch file say what
+        # their absence says, so they are written without an fsync each (thousands of new
+        # partitions at once; LogManager.sync_created makes them durable in one call).
+        fresh = not bases and cp is None
         now = self._clock()
         segs, cut = recovery.recover_segments(
             [self._new_segment(b) for b in bases],
@@ -121,7 +125,7 @@ class Log(LogCleanup, LogReads):
         self._log_start = min(max(start, segs[0].base_offset), self._leo)
         self._recovery_point = min(recovery_point, self._leo)
         self._publish(structure_changed=True)
-        self._write_checkpoint()
+        self._write_checkpoint(sync=not fresh)
         self.epochs = recovery.load_epoch_cache(
             self.dir,
             segs,
@@ -129,6 +133,7 @@ class Log(LogCleanup, LogReads):
             log_end=self._leo,
             clean=clean,
             recovery_point=recovery_point,
+            sync=not fresh,
         )
         self._rebuild_producer_state()
 
