@@ -235,3 +235,64 @@ def test_the_follower_names_only_what_changed_and_forgets_what_is_not_ready(
         assert sorted(fp.partition for fp in req.partitions) == [p for p in range(N) if p != 9]
 
     asyncio.run(scenario())
+
+
+class _Call:
+    """One round of a ReplicaFetch stream, answered with ``resp``."""
+
+    def __init__(self, resp: broker_pb2.ReplicaFetchResponse) -> None:
+        self.resp = resp
+        self.sent: list[broker_pb2.ReplicaFetchRequest] = []
+
+    async def write(self, req: broker_pb2.ReplicaFetchRequest) -> None:
+        self.sent.append(req)
+
+    async def read(self) -> broker_pb2.ReplicaFetchResponse:
+        return self.resp
+
+
+@pytest.mark.parametrize("next_round_after_pause", [True, False])
+def test_a_partition_answered_with_an_error_is_named_afresh(
+    tmp_path: Path, next_round_after_pause: bool
+) -> None:
+    """The leader answers an error once (e.g. it has not created the partition yet): the
+    follower names the partition again once its pause is over, even when its next request
+    comes after the pause (it would otherwise believe the leader's session still fetches it,
+    and the leader would never answer it: a 5,000-partition creation under load left ISRs
+    short for good that way)."""
+    rm = manager(tmp_path)
+
+    async def scenario() -> None:
+        await rm.leader_and_isr(request(*(state(p, FOLLOWER) for p in range(3))))
+        for p in range(3):
+            rm.fetchers.remove(("t", p))
+        fetcher = LeaderFetcher(rm.fetchers, FOLLOWER)
+        for p in range(3):
+            s = FetchState(rm.partitions[("t", p)], 0, truncating=False)
+            fetcher.states[s.partition.key] = s
+        fetcher._new_stream()
+        now = asyncio.get_running_loop().time()
+        first = fetcher._request(now)
+        assert first is not None and len(first.partitions) == 3
+        err = broker_pb2.ReplicaFetchResponse(
+            incremental=True,
+            partitions=[
+                broker_pb2.ReplicaFetchPartitionData(
+                    topic="t", partition=1, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+            ],
+        )
+        await fetcher._round(_Call(err), first)  # type: ignore[arg-type]
+        later = asyncio.get_running_loop().time()
+        if next_round_after_pause:
+            req = fetcher._request(later + 1.0)
+            assert req is not None and [fp.partition for fp in req.partitions] == [1]
+            assert not req.forgotten
+        else:
+            req = fetcher._request(later)  # still paused: the leader forgets it meanwhile
+            assert req is not None and not req.partitions
+            assert [f.partition for f in req.forgotten] == [1]
+            again = fetcher._request(later + 1.0)
+            assert again is not None and [fp.partition for fp in again.partitions] == [1]
+
+    asyncio.run(scenario())

@@ -16,9 +16,11 @@ broker on demand. Each fetcher holds ONE
    epoch, so a request names only the partitions added or changed since the previous one
    (``changed``: an answer applied, a pause, a truncation, a LeaderAndIsr) and forgets those
    no longer ready (paused, truncating, removed); the response carries only the partitions
-   with news. An idle round costs nothing per partition on either side. A leader that
-   answers without ``incremental`` (an older version) gets every ready partition named in
-   every request of that stream;
+   with news. A partition answered with an error leaves the session at once and is named
+   afresh once ready (the leader answers an error once, and the partition may become
+   ready again before a request could forget it). An idle round costs nothing per
+   partition on either side. A leader that answers without ``incremental`` (an older
+   version) gets every ready partition named in every request of that stream;
 3. per partition: append the batches exactly as the leader stored them
    (``Partition.append_as_follower``: CRCs checked, base offset must equal our LEO), move the
    HW to ``min(leader HW, LEO)``; errors: ``FENCED_LEADER_EPOCH`` (our epoch is old) and
@@ -97,6 +99,9 @@ class LeaderFetcher:
         self.paused: set[Key] = set()
         #: the leader's session (this stream's): what it fetches for each partition
         self.session: dict[Key, Named] = {}
+        #: answered with an error: no longer in ``session`` here, named again once ready, and
+        #: forgotten by the next request unless that names it
+        self.unnamed: set[Key] = set()
         #: the stream's leader keeps incremental sessions (until it answers without)
         self.incremental = True
 
@@ -123,6 +128,7 @@ class LeaderFetcher:
 
     def _new_stream(self) -> None:
         self.session.clear()
+        self.unnamed.clear()
         self.changed.update(self.states)
         self.incremental = True
 
@@ -148,6 +154,9 @@ class LeaderFetcher:
                     self.paused.add(key)
                 if self.session.pop(key, None) is not None:
                     forgotten.append(key)
+        if self.unnamed:
+            forgotten.extend(k for k in self.unnamed if k not in self.session)
+            self.unnamed.clear()
         if not self.incremental:  # a leader without sessions: every ready partition, always
             named = [self.session[k][0] for k in self.session]
         elif not (self.session or forgotten):
@@ -239,6 +248,11 @@ class LeaderFetcher:
             if named is None or s is None or named[0] is not s:
                 continue
             self.changed.add(key)  # its offset or pause may change: the next round compares
+            if d.error_code != ErrorCode.NONE:
+                # The leader answers an error once; whatever it was (not led there yet, an
+                # epoch, an offset), the partition is named afresh when ready again.
+                del self.session[key]
+                self.unnamed.add(key)
             if not self._apply_now(s, d):
                 todo.append(self._apply(s, d))
         # The appends that could not be done at once (a worker thread's: the first batch of
