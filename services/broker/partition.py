@@ -133,6 +133,16 @@ class ProduceResult:
     duplicate: bool = False
 
 
+#: how many times any partition's high watermark changed in this process (``hw_changes``)
+_HW_CHANGES = [0]
+
+
+def hw_changes() -> int:
+    """A number that changes whenever any partition's high watermark does (the replica
+    manager's checkpoint skips its walk over every partition while it stays the same)."""
+    return _HW_CHANGES[0]
+
+
 @dataclass(eq=False)
 class SessionClock:
     """When a follower's incremental fetch session last sent a request (``now_ms`` clock)."""
@@ -186,7 +196,7 @@ class Partition:
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
         self.topic_id = ""
-        self.high_watermark = 0
+        self._high_watermark = 0
         #: an ISR change sent to the controller and not answered yet (one at a time).
         self.pending_isr: tuple[int, ...] | None = None
         #: why this replica is offline when a storage error took it there (None otherwise):
@@ -207,6 +217,16 @@ class Partition:
             f"Partition({self.topic}-{self.partition} {self.role.value} "
             f"epoch={self.leader_epoch} hw={self.high_watermark})"
         )
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, hw: int) -> None:
+        if hw != self._high_watermark:
+            self._high_watermark = hw
+            _HW_CHANGES[0] += 1
 
     @property
     def key(self) -> tuple[str, int]:
