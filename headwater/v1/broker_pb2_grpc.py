@@ -157,11 +157,13 @@ class BrokerServicer:
 
     def ReplicaFetch(self, request_iterator, context):
         """--- broker to broker (replication) ---
-        A follower's fetch session with one leader broker: the follower sends a request naming
-        every partition it follows from that leader with its fetch offset (= its log end offset,
+        A follower's fetch session with one leader broker: the follower's requests name the
+        partitions it follows from that leader with its fetch offset (= its log end offset,
         which is how the leader learns follower progress); the leader answers each request once
         (long poll: up to max_wait_ms for min_bytes across the partitions). Request/response in
         lockstep over one long-lived stream: Kafka's replica fetcher without a unary call each.
+        An incremental session (ReplicaFetchRequest.incremental, KIP-227) names only the
+        partitions that changed since the stream's previous request.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

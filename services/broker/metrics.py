@@ -154,24 +154,18 @@ def observe_isr_change(old: tuple[int, ...], new: tuple[int, ...]) -> None:
         ISR_EXPANDS.inc()
 
 
-def refresh_partition_gauges(partitions: Iterable[Any]) -> None:
-    """Recompute the replication-health and log-shape gauges from the hosted partitions
-    (``services.broker.partition.Partition``: ``topic``, ``partition``, ``is_leader``,
-    ``replicas``, ``isr``, ``config.min_insync_replicas``, ``log``). Call on the loop. A
-    partition's log-shape gauges are set only when they changed since they were last set."""
+def refresh_partition_gauges(partitions: Iterable[Any], *, shapes: bool = True) -> None:
+    """Recompute the replication-health and (with ``shapes``) log-shape gauges from the
+    hosted partitions (``services.broker.partition.Partition``: ``topic``, ``partition``,
+    ``is_leader``, ``replicas``, ``isr``, ``config.min_insync_replicas``, ``log``). Call on
+    the loop. A partition's log-shape gauges are set only when they changed since they were
+    last set."""
     under = at_min = under_min = 0
     for p in partitions:
         if p.log.closed:
             continue
-        key = (p.topic, p.partition)
-        shape = (p.log.num_segments, int(p.log.size_in_bytes))
-        last = _shape.get(key)
-        if last != shape:
-            _shape[key] = shape
-            if last is None or last[0] != shape[0]:
-                LOG_SEGMENTS.labels(p.topic, str(p.partition)).set(shape[0])
-            if last is None or last[1] != shape[1]:
-                LOG_SIZE.labels(p.topic, str(p.partition)).set(shape[1])
+        if shapes:
+            _refresh_shape(p)
         if not p.is_leader:
             continue
         isr = len(p.isr)
@@ -184,10 +178,32 @@ def refresh_partition_gauges(partitions: Iterable[Any]) -> None:
     UNDER_MIN_ISR.set(under_min)
 
 
+def _refresh_shape(p: Any) -> None:
+    key = (p.topic, p.partition)
+    shape = (p.log.num_segments, int(p.log.size_in_bytes))
+    last = _shape.get(key)
+    if last != shape:
+        _shape[key] = shape
+        if last is None or last[0] != shape[0]:
+            LOG_SEGMENTS.labels(p.topic, str(p.partition)).set(shape[0])
+        if last is None or last[1] != shape[1]:
+            LOG_SIZE.labels(p.topic, str(p.partition)).set(shape[1])
+
+
+#: The log-shape gauges are refreshed on every this many passes of :func:`refresh_every` (a
+#: log's size is also set at each append, ``set_log_size``; its segment count changes at a
+#: roll or retention): with thousands of partitions, their walk every second was most of an
+#: idle broker's remaining CPU.
+SHAPE_EVERY = 15
+
+
 async def refresh_every(interval_s: float, partitions: Callable[[], Iterable[Any]]) -> None:
-    """Run :func:`refresh_partition_gauges` every ``interval_s`` seconds (until cancelled)."""
+    """Run :func:`refresh_partition_gauges` every ``interval_s`` seconds (until cancelled),
+    the log shapes every :data:`SHAPE_EVERY` passes."""
+    n = 0
     while True:
-        refresh_partition_gauges(list(partitions()))
+        refresh_partition_gauges(list(partitions()), shapes=n % SHAPE_EVERY == 0)
+        n += 1
         await asyncio.sleep(interval_s)
 
 

@@ -25,7 +25,12 @@ is what it last asked to fetch from. A follower's own HW is ``min(leader's HW, i
 Follower progress for the ISR (Kafka's rule): a follower is caught up at time ``t`` when a
 fetch at ``t`` asked for the leader's LEO; a fetch that reached the leader's LEO *as of the
 previous fetch* makes it caught up as of that previous fetch. ``out_of_sync`` lists ISR
-followers not caught up within ``replica.lag.time.max.ms``.
+followers not caught up within ``replica.lag.time.max.ms``. A follower in an incremental fetch
+session (``SessionClock``: its requests name only partitions that changed) asks for the same
+offset again with every request of the session that does not name the partition: while that
+offset is the leader's LEO it is caught up as of the session's last request, and a leader
+append records that moment before it moves the LEO (:meth:`_keep_followers_caught_up`), so
+an idle session costs nothing per partition.
 
 Idempotence and transactions (docs/transactions.md): the Log validates producer ids, epochs
 and sequences inside its append (the writer); a duplicate is answered with the original offsets
@@ -40,7 +45,9 @@ acks=all waiters) is an ``asyncio.Event`` replaced when fired, so a waiter captu
 checks its condition, then awaits, without missing a wake-up. Any leader append or state
 change completes the futures registered with ``watch_appended`` (replica fetch long-polls: one
 future for all the partitions of a request, registered in the same step as the check of their
-log ends, instead of a task per partition waiting on an event).
+log ends, instead of a task per partition waiting on an event) and calls the listeners added
+with ``add_listener`` (an incremental fetch session: kept for as long as the partition is in
+the session).
 """
 
 from __future__ import annotations
@@ -126,6 +133,23 @@ class ProduceResult:
     duplicate: bool = False
 
 
+#: how many times any partition's high watermark changed in this process (``hw_changes``)
+_HW_CHANGES = [0]
+
+
+def hw_changes() -> int:
+    """A number that changes whenever any partition's high watermark does (the replica
+    manager's checkpoint skips its walk over every partition while it stays the same)."""
+    return _HW_CHANGES[0]
+
+
+@dataclass(eq=False)
+class SessionClock:
+    """When a follower's incremental fetch session last sent a request (``now_ms`` clock)."""
+
+    last_ms: float = 0.0
+
+
 @dataclass
 class FollowerState:
     """What the leader knows about one follower (leader role only)."""
@@ -134,6 +158,15 @@ class FollowerState:
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     last_fetch_leader_leo: int = -1
+    #: the incremental fetch session that fetches this partition at ``leo`` with each of its
+    #: requests (None: a sessionless fetch, or the session forgot the partition).
+    clock: SessionClock | None = None
+
+    def caught_up_ms(self, leader_leo: int) -> float:
+        """When this follower was last caught up (see the module doc)."""
+        if self.clock is not None and self.leo >= leader_leo:
+            return max(self.last_caught_up_ms, self.clock.last_ms)
+        return self.last_caught_up_ms
 
 
 @dataclass(frozen=True)
@@ -163,7 +196,7 @@ class Partition:
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
         self.topic_id = ""
-        self.high_watermark = 0
+        self._high_watermark = 0
         #: an ISR change sent to the controller and not answered yet (one at a time).
         self.pending_isr: tuple[int, ...] | None = None
         #: why this replica is offline when a storage error took it there (None otherwise):
@@ -177,12 +210,23 @@ class Partition:
         self._append_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._append_watchers: set[asyncio.Future[None]] = set()
+        self._listeners: set[Callable[[Partition], None]] = set()
 
     def __repr__(self) -> str:
         return (
             f"Partition({self.topic}-{self.partition} {self.role.value} "
             f"epoch={self.leader_epoch} hw={self.high_watermark})"
         )
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, hw: int) -> None:
+        if hw != self._high_watermark:
+            self._high_watermark = hw
+            _HW_CHANGES[0] += 1
 
     @property
     def key(self) -> tuple[str, int]:
@@ -321,6 +365,14 @@ class Partition:
     def unwatch_appended(self, fut: asyncio.Future[None]) -> None:
         self._append_watchers.discard(fut)
 
+    def add_listener(self, listener: Callable[[Partition], None]) -> None:
+        """Call ``listener(self)`` at every leader append, HW advance or state change until
+        :meth:`remove_listener` (it must not raise nor block)."""
+        self._listeners.add(listener)
+
+    def remove_listener(self, listener: Callable[[Partition], None]) -> None:
+        self._listeners.discard(listener)
+
     def _notify(self) -> None:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
@@ -331,16 +383,21 @@ class Partition:
         for fut in watchers:
             if not fut.done():
                 fut.set_result(None)
+        for listener in tuple(self._listeners):
+            listener(self)
 
     # ------------------------------------------------------------------ leader: followers, HW
 
-    def record_follower_fetch(self, replica: int, fetch_offset: int, now_ms: float) -> bool:
-        """A follower asked for ``fetch_offset`` (= its LEO). Updates its progress and the HW;
-        True when it should join the ISR (in replicas, not in the ISR, no change pending,
-        caught up to the HW and to the start of this leader epoch)."""
+    def record_follower_fetch(
+        self, replica: int, fetch_offset: int, now_ms: float, clock: SessionClock | None = None
+    ) -> bool:
+        """A follower asked for ``fetch_offset`` (= its LEO); ``clock``: in that incremental
+        fetch session (None: sessionless). Updates its progress and the HW; True when it
+        should join the ISR (:meth:`may_join_isr`)."""
         f = self.followers.get(replica)
         if not self.is_leader or f is None:
             return False
+        f.clock = clock
         leo = self.log_end_offset
         if fetch_offset >= leo:
             f.last_caught_up_ms = now_ms
@@ -350,23 +407,53 @@ class Partition:
         f.last_fetch_ms = now_ms
         f.leo = fetch_offset
         self._advance_high_watermark()
+        return self.may_join_isr(replica)
+
+    def may_join_isr(self, replica: int) -> bool:
+        """``replica`` is in the replicas, not in the ISR, no ISR change is pending, and its
+        last fetch was caught up to the HW and to the start of this leader epoch."""
+        f = self.followers.get(replica)
         return (
-            replica not in self.isr
+            self.is_leader
+            and f is not None
+            and replica not in self.isr
             and self.pending_isr is None
-            and fetch_offset >= self.high_watermark
-            and fetch_offset >= self._epoch_start_offset
+            and f.leo >= self.high_watermark
+            and f.leo >= self._epoch_start_offset
         )
+
+    def end_follower_session(self, replica: int, clock: SessionClock) -> None:
+        """``replica``'s fetch session ``clock`` no longer fetches this partition."""
+        f = self.followers.get(replica)
+        if f is not None and f.clock is clock:
+            f.clock = None
+
+    def rejoining_followers(self) -> list[int]:
+        """Followers of an incremental fetch session that :meth:`may_join_isr` (an idle
+        session does not name the partition again, so the ISR pass asks here)."""
+        return [
+            r for r, f in self.followers.items() if f.clock is not None and self.may_join_isr(r)
+        ]
+
+    def _keep_followers_caught_up(self) -> None:
+        """Before a leader append moves the LEO: a session follower at the LEO was caught up
+        as of its session's last request (the writer calls it under the append lock)."""
+        leo = self.log_end_offset
+        for f in self.followers.values():
+            if f.clock is not None and f.leo >= leo:
+                f.last_caught_up_ms = max(f.last_caught_up_ms, f.clock.last_ms)
 
     def out_of_sync(self, now_ms: float, lag_ms: float) -> list[int]:
         """ISR followers that have not caught up to the leader's LEO within ``lag_ms``."""
         if not self.is_leader:
             return []
+        leo = self.log_end_offset
         return [
             r
             for r in self.isr
             if r != self.broker_id
             and (f := self.followers.get(r)) is not None
-            and now_ms - f.last_caught_up_ms > lag_ms
+            and now_ms - f.caught_up_ms(leo) > lag_ms
         ]
 
     def _advance_high_watermark(self) -> None:
@@ -426,6 +513,7 @@ class Partition:
         async with self._append_lock:
             self.check_writable(acks_all)
             epoch = self.leader_epoch
+            self._keep_followers_caught_up()
             try:
                 inline = len(buf) <= _INLINE_APPEND_BYTES and self.config.flush_messages <= 0
                 now = self.log.append_if_uncontended(buf, batches, epoch) if inline else None
@@ -476,6 +564,7 @@ class Partition:
         async with self._append_lock:
             self.check_writable(True)
             epoch = self.leader_epoch
+            self._keep_followers_caught_up()
             write = functools.partial(
                 self.log.append_control,
                 producer_id=producer_id,

@@ -70,7 +70,7 @@ from services.broker import metrics
 from services.broker.codes import error_code
 from services.broker.descriptors import DescriptorBudget
 from services.broker.metadata_cache import MetadataCache
-from services.broker.partition import LeaderState, Partition, Role
+from services.broker.partition import LeaderState, Partition, Role, hw_changes
 from services.broker.replication import isr as isr_mod
 from services.broker.replication.fetcher import FetcherManager
 from services.broker.replication.isr import IsrManager
@@ -122,6 +122,10 @@ class ReplicaManager:
         )
         #: each log directory's high watermarks as last checkpointed by this process
         self._hw_written: dict[Any, dict[Key, int]] = {}
+        #: ``(hw_changes(), _partitions_changes)`` as of the last checkpoint pass
+        self._hw_seen: tuple[int, int] | None = None
+        #: bumped when a partition is added to or removed from ``partitions``
+        self._partitions_changes = 0
         #: high watermarks read from the checkpoints at start, used when a partition opens.
         self._hw_at_start: dict[Key, int] = {}
         #: topic-key defaults for topics without an override (static flag < brokers/<default>
@@ -154,7 +158,11 @@ class ReplicaManager:
     async def checkpoint_high_watermarks(self) -> None:
         """Write each log directory's ``replication-offset-checkpoint``; a directory whose
         high watermarks are all as last written here is skipped (an idle broker does not
-        rewrite and fsync the same file every second)."""
+        rewrite and fsync the same file every second); with no high watermark changed and no
+        partition added or removed since the last pass, not even visited."""
+        seen = (hw_changes(), self._partitions_changes)
+        if seen == self._hw_seen:
+            return
         by_dir: dict[Any, dict[Key, int]] = {d: {} for d in self.log_manager.log_dirs}
         for key, p in self.partitions.items():
             home = self.log_manager.log_dir_of(*key)
@@ -165,6 +173,7 @@ class ReplicaManager:
                 continue
             await asyncio.to_thread(hw_checkpoint.write_high_watermarks, d, hws)
             self._hw_written[d] = hws
+        self._hw_seen = seen
 
     # ------------------------------------------------------------------ lookups (handlers)
 
@@ -370,6 +379,10 @@ class ReplicaManager:
             # leader-epoch checkpoint's fsyncs of a new leadership, opening a log) overlaps
             # in the worker threads instead of costing one partition after another.
             await asyncio.gather(*(apply(indexes) for indexes in by_key.values()))
+            try:  # the new partitions' files, written without an fsync each
+                await asyncio.to_thread(self.log_manager.sync_created)
+            except OSError as exc:
+                log.error("LeaderAndIsr: cannot write back the new partitions: %s", exc)
             states = [x for x in applied if x is not None]
             if states:
                 # One line for the request: a failover's thousand partition states written
@@ -463,6 +476,7 @@ class ReplicaManager:
             p.topic_id = self.log_manager.topic_id(a.topic, state.partition) or ""
             p.high_watermark = min(self._hw_at_start.pop(key, 0), p.log_end_offset)
             self.partitions[key] = p
+            self._partitions_changes += 1
             metrics.set_log_size(a.topic, state.partition, int(log_.size_in_bytes))
         p.topic_id = a.topic_id or p.topic_id
         s = LeaderState(
@@ -519,6 +533,7 @@ class ReplicaManager:
     async def _stop(self, p: Partition, *, delete: bool) -> None:
         """Take ``p`` offline (waking its fetch streams), then close or delete its log."""
         self.partitions.pop((p.topic, p.partition), None)
+        self._partitions_changes += 1
         self.fetchers.remove(p.key)
         p.go_offline()
         if delete:
@@ -560,6 +575,7 @@ class ReplicaManager:
                 log.exception("high watermark checkpoint at shutdown failed")
             parts = list(self.partitions.values())
             self.partitions.clear()
+            self._partitions_changes += 1
             for p in parts:
                 p.go_offline()
             for p in parts:

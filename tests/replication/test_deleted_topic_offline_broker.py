@@ -120,6 +120,12 @@ def test_restarted_broker_drops_the_deleted_topic_and_leads_the_new_one_from_zer
     _wait_states(c3, lambda s: s["leader"] >= 0 and len(s["isr"]) == 3, "old topic ready")
     for p in range(PARTS):
         leader = int(_state(c3, p)["leader"])  # type: ignore[index,call-overload]
+        # etcd names the leader before the broker applied its LeaderAndIsr
+        wait_for(
+            lambda leader=leader, p=p: _try_offsets(c3.brokers[leader].address, p) is not None,
+            timeout=30,
+            what=f"broker {leader} to serve {TOPIC}-{p}",
+        )
         for i in range(10):
             r = produce(
                 c3.brokers[leader].address,

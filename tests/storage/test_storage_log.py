@@ -250,3 +250,30 @@ def test_compressed_batches_are_stored_as_sent(open_log):
     append(log, b)
     (batch,) = decode_batches(read_all(log))
     assert batch.raw[16:] == b[16:] and batch.values() == [b"a" * 1000] * 10
+
+
+def test_an_idle_flush_pass_does_not_take_the_log_lock(open_log, clock):
+    """The periodic pass visits every log every second: one with nothing to flush and its
+    checkpoint as written is passed over without its lock (issue 17 item 4: idle CPU)."""
+    log = open_log(flush_ms=1000)
+    append(log, make_batch(1))
+
+    class Counting:
+        def __init__(self, lock):
+            self.lock, self.n = lock, 0
+
+        def __enter__(self):
+            self.n += 1
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self.lock.__exit__(*exc)
+
+    log._lock = counting = Counting(log._lock)
+    assert log.maybe_flush(clock.now) is False  # an append not yet flush.ms old: locked pass
+    clock.advance(1000)
+    assert log.maybe_flush(clock.now) is True
+    n = counting.n
+    assert log.maybe_flush(clock.now) is False  # nothing to do: no lock taken
+    assert counting.n == n
+    log._lock = counting.lock

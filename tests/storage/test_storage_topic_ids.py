@@ -11,7 +11,7 @@ from storage_helpers import append, make_batch, read_all
 
 from headwater.config import TopicConfig
 from headwater.errors import KafkaStorageError
-from services.broker.storage import partition_metadata
+from services.broker.storage import fileio, partition_metadata
 from services.broker.storage.fileio import DELETE_SUFFIX
 from services.broker.storage.log_manager import LogManager
 
@@ -125,3 +125,48 @@ def test_damaged_partition_metadata_is_a_storage_error(tmp_path, clock):
         LogManager([tmp_path / "d"], clock=clock)
     with pytest.raises(KafkaStorageError, match="not a topic id"):
         partition_metadata.write_topic_id(tmp_path / "d" / "t-0", "two\nlines")
+
+
+def test_new_logs_are_written_back_once_not_fsynced_each(tmp_path, clock, monkeypatch):
+    """Thousands of partitions created by one LeaderAndIsr (issue 17 item 4): a new log's
+    files (topic id, checkpoint, epoch file) and directories are not fsynced one by one;
+    ``sync_created`` writes them back with one call per log directory."""
+    mgr = LogManager([tmp_path / "a", tmp_path / "b"], clock=clock)
+    fsyncs: list[int] = []
+    synced: list[object] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(fileio, "sync_filesystem", synced.append)
+    for p in range(20):
+        mgr.get_or_create("t", p, TopicConfig(), OLD)
+    assert fsyncs == [] and synced == []
+    mgr.sync_created()
+    assert sorted(synced) == [tmp_path / "a", tmp_path / "b"]
+    mgr.sync_created()  # nothing new since
+    assert len(synced) == 2
+    # an existing log's checkpoint is still fsynced when it changes
+    log = mgr.get_or_create("t", 0, TopicConfig(), OLD)
+    append(log, make_batch(1))
+    log.flush()
+    assert fsyncs
+    monkeypatch.undo()
+    mgr.close()
+    again = LogManager([tmp_path / "a", tmp_path / "b"], clock=clock)
+    assert [again.topic_id("t", p) for p in range(20)] == [OLD] * 20
+    again.close()
+
+
+def test_sync_filesystem_writes_back_a_directory(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    fileio.sync_filesystem(tmp_path)  # raises OSError when the system call fails
+    with pytest.raises(OSError):
+        fileio.sync_filesystem(tmp_path / "missing")
+
+
+def test_an_empty_topic_id_file_reads_as_none(tmp_path):
+    """A power loss before a new directory was written back may leave the file empty."""
+    (tmp_path / "partition.metadata").write_bytes(b"")
+    assert partition_metadata.read_topic_id(tmp_path) is None
+    (tmp_path / "partition.metadata").write_bytes(b"version: 0\n")
+    with pytest.raises(KafkaStorageError):
+        partition_metadata.read_topic_id(tmp_path)

@@ -27,6 +27,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
 
 from headwater.errors import (
     FencedLeaderEpochError,
@@ -40,7 +42,7 @@ from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker import metrics
 from services.broker.codes import error_code
-from services.broker.partition import Partition
+from services.broker.partition import Partition, SessionClock
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.isr import now_ms
 
@@ -106,20 +108,27 @@ async def answer(
     # long poll until some partition has records for the follower (or the deadline)
     with metrics.REPLICA_FETCH_WAITING.labels(str(req.replica_id)).track_inprogress():
         await _long_poll(req, led, deadline, bool(errors))
-    # Tail reads are answered at once (no task per partition per answer); the rest (a
-    # follower far behind: a worker thread's read each) concurrently.
+    results = await _all_data(
+        [(fp, led.get(i), errors.get(i)) for i, fp in enumerate(req.partitions)], max_bytes
+    )
+    return broker_pb2.ReplicaFetchResponse(partitions=results)
+
+
+async def _all_data(
+    items: list[tuple[_Fetched, Partition | None, BaseException | None]], max_bytes: int
+) -> list[broker_pb2.ReplicaFetchPartitionData]:
+    """Each partition's answer, in order. Tail reads are answered at once (no task per
+    partition per answer); the rest (a follower far behind: a worker thread's read each)
+    concurrently."""
     results: list[broker_pb2.ReplicaFetchPartitionData | None] = [
-        _partition_data_now(req, i, led.get(i), errors.get(i), max_bytes)
-        for i in range(len(req.partitions))
+        _partition_data_now(fp, p, err, max_bytes) for fp, p, err in items
     ]
     later = [i for i, r in enumerate(results) if r is None]
     if later:
-        done = await asyncio.gather(
-            *(_partition_data(req, i, led.get(i), errors.get(i), max_bytes) for i in later)
-        )
+        done = await asyncio.gather(*(_partition_data(*items[i], max_bytes) for i in later))
         for i, r in zip(later, done, strict=True):
             results[i] = r
-    return broker_pb2.ReplicaFetchResponse(partitions=[r for r in results if r is not None])
+    return [r for r in results if r is not None]
 
 
 async def _long_poll(
@@ -152,17 +161,23 @@ async def _long_poll(
             return
 
 
+class _Fetched(Protocol):
+    """What a fetch asks of one partition (a request's entry, or a session's)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def fetch_offset(self) -> int: ...
+
+
 def _partition_data_now(
-    req: broker_pb2.ReplicaFetchRequest,
-    i: int,
-    p: Partition | None,
-    err: BaseException | None,
-    max_bytes: int,
+    fp: _Fetched, p: Partition | None, err: BaseException | None, max_bytes: int
 ) -> broker_pb2.ReplicaFetchPartitionData | None:
     """:func:`_partition_data` for a leader's tail read, without awaiting; None otherwise."""
     if p is None or err is not None or not p.is_leader:
         return None
-    fp = req.partitions[i]
     if fp.fetch_offset == p.log_end_offset:  # caught up (an idle session's every partition)
         return broker_pb2.ReplicaFetchPartitionData(
             topic=fp.topic,
@@ -186,13 +201,8 @@ def _partition_data_now(
 
 
 async def _partition_data(
-    req: broker_pb2.ReplicaFetchRequest,
-    i: int,
-    p: Partition | None,
-    err: BaseException | None,
-    max_bytes: int,
+    fp: _Fetched, p: Partition | None, err: BaseException | None, max_bytes: int
 ) -> broker_pb2.ReplicaFetchPartitionData:
-    fp = req.partitions[i]
     out = broker_pb2.ReplicaFetchPartitionData(
         topic=fp.topic, partition=fp.partition, high_watermark=-1, log_start_offset=-1
     )
@@ -218,8 +228,183 @@ async def _partition_data(
     return out
 
 
+Key = tuple[str, int]
+
+
+@dataclass(eq=False)
+class _Entry:
+    """One partition of an incremental session: what the follower last named."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    leader_epoch: int
+    #: the partition this session listens to (the one the last check found)
+    watched: Partition | None = None
+    hw_sent: int = -1
+    log_start_sent: int = -1
+
+
+class FetchSession:
+    """One follower's incremental fetch session (the stream's; see the proto's
+    ``ReplicaFetchRequest.incremental``), on the event loop.
+
+    Keeps the partitions the follower named, each with the offset and leader epoch it last
+    named, and listens to each (:meth:`Partition.add_listener`): an append, HW advance or
+    state change marks it dirty and wakes the long poll. A request is answered after checking
+    (as :func:`answer` does) only the partitions it names, the dirty ones and those answered
+    with records last time (re-sent if the follower did not move on); the response carries
+    only those with records, an error, or a HW or log start other than last sent. An idle
+    round therefore costs nothing per partition; the ISR's view of an idle follower comes
+    from the session's ``SessionClock`` (``Partition.out_of_sync``).
+    """
+
+    def __init__(self, rm: ReplicaManager) -> None:
+        self.rm = rm
+        self.replica_id = -1
+        self.entries: dict[Key, _Entry] = {}
+        self.clock = SessionClock()
+        self._dirty: set[Key] = set()
+        self._resend: set[Key] = set()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def _changed(self, p: Partition) -> None:
+        self._dirty.add(p.key)
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _forget(self, key: Key) -> None:
+        e = self.entries.pop(key, None)
+        if e is not None and e.watched is not None:
+            e.watched.remove_listener(self._changed)
+            e.watched.end_follower_session(self.replica_id, self.clock)
+
+    def close(self) -> None:
+        """The stream ended: stop listening, the partitions' followers leave the session."""
+        for key in list(self.entries):
+            self._forget(key)
+        self._dirty.clear()
+        self._resend.clear()
+
+    def _check(
+        self, keys: set[Key], errors: dict[Key, BaseException], led: dict[Key, Partition]
+    ) -> None:
+        now = now_ms()
+        for key in keys:
+            e = self.entries.get(key)
+            if e is None:
+                continue
+            errors.pop(key, None)
+            led.pop(key, None)
+            try:
+                p = leader_for(self.rm, e.topic, e.partition, e.leader_epoch)
+                if e.watched is not p:
+                    if e.watched is not None:
+                        e.watched.remove_listener(self._changed)
+                    p.add_listener(self._changed)
+                    e.watched = p
+                led[key] = p
+                if self.replica_id not in p.replicas:
+                    raise NotLeaderOrFollowerError(
+                        f"broker {self.replica_id} is not a replica of {e.topic}-{e.partition}"
+                    )
+                if not p.log_start_offset <= e.fetch_offset <= p.log_end_offset:
+                    raise OffsetOutOfRangeError(
+                        f"offset {e.fetch_offset} is outside [{p.log_start_offset}, "
+                        f"{p.log_end_offset}] of {e.topic}-{e.partition}"
+                    )
+                if p.record_follower_fetch(self.replica_id, e.fetch_offset, now, self.clock):
+                    self.rm.isr.expand(p, self.replica_id)
+            except HeadwaterError as exc:
+                errors[key] = exc
+
+    def _news(self, key: Key, errors: dict[Key, BaseException], led: dict[Key, Partition]) -> bool:
+        """Whether ``key`` has anything to tell the follower."""
+        if key in errors:
+            return True
+        p = led.get(key)
+        e = self.entries.get(key)
+        if p is None or e is None:
+            return False
+        return (
+            not p.is_leader
+            or e.fetch_offset < p.log_end_offset
+            or p.high_watermark != e.hw_sent
+            or p.log_start_offset != e.log_start_sent
+        )
+
+    async def answer(self, req: broker_pb2.ReplicaFetchRequest) -> broker_pb2.ReplicaFetchResponse:
+        """The response to one request of the session (see the class doc)."""
+        code = _session_error(self.rm, req)
+        if code == ErrorCode.NONE and self.replica_id not in (-1, req.replica_id):
+            code = ErrorCode.INVALID_REQUEST  # one follower per session
+        if code != ErrorCode.NONE:
+            return broker_pb2.ReplicaFetchResponse(error_code=code, incremental=True)  # type: ignore[arg-type]
+        self.replica_id = req.replica_id
+        loop = asyncio.get_running_loop()
+        max_wait = min(
+            req.max_wait_ms if req.max_wait_ms > 0 else DEFAULT_MAX_WAIT_MS, MAX_WAIT_CAP_MS
+        )
+        max_bytes = min(req.max_bytes, MAX_BYTES_CAP) if req.max_bytes > 0 else DEFAULT_MAX_BYTES
+        deadline = loop.time() + max_wait / 1000.0
+        self.clock.last_ms = now_ms()
+        for fg in req.forgotten:
+            self._forget((fg.topic, fg.partition))
+        todo, self._resend = self._resend, set()
+        for fp in req.partitions:
+            key = (fp.topic, fp.partition)
+            e = self.entries.get(key)
+            if e is None:
+                self.entries[key] = _Entry(
+                    fp.topic, fp.partition, fp.fetch_offset, fp.current_leader_epoch
+                )
+            else:
+                e.fetch_offset = fp.fetch_offset
+                e.leader_epoch = fp.current_leader_epoch
+            todo.add(key)
+        todo |= self._dirty
+        self._dirty.clear()
+        errors: dict[Key, BaseException] = {}
+        led: dict[Key, Partition] = {}
+        self._check(todo, errors, led)
+        # long poll until some partition has news for the follower (or the deadline)
+        with metrics.REPLICA_FETCH_WAITING.labels(str(req.replica_id)).track_inprogress():
+            while not any(self._news(k, errors, led) for k in todo):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self._waiter = loop.create_future()
+                try:
+                    await asyncio.wait({self._waiter}, timeout=remaining)
+                finally:
+                    self._waiter.cancel()
+                    self._waiter = None
+                woken, self._dirty = self._dirty, set()
+                todo |= woken
+                self._check(woken, errors, led)
+        keys = [k for k in todo if k in self.entries and self._news(k, errors, led)]
+        results = await _all_data(
+            [(self.entries[k], led.get(k), errors.get(k)) for k in keys], max_bytes
+        )
+        for k, data in zip(keys, results, strict=True):
+            e = self.entries.get(k)
+            if e is not None:
+                e.hw_sent = data.high_watermark
+                e.log_start_sent = data.log_start_offset
+                if data.records:
+                    self._resend.add(k)
+        return broker_pb2.ReplicaFetchResponse(partitions=results, incremental=True)
+
+
 async def handle(
     rm: ReplicaManager, requests: AsyncIterator[broker_pb2.ReplicaFetchRequest]
 ) -> AsyncIterator[broker_pb2.ReplicaFetchResponse]:
-    async for req in requests:
-        yield await answer(rm, req)
+    """One response per request: an incremental session's (:class:`FetchSession`) when the
+    request asks for one, else :func:`answer`'s."""
+    session = FetchSession(rm)
+    try:
+        async for req in requests:
+            yield await (session.answer(req) if req.incremental else answer(rm, req))
+    finally:
+        session.close()

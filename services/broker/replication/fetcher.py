@@ -9,8 +9,18 @@ broker on demand. Each fetcher holds ONE
 1. partitions added since the last round (a LeaderAndIsr made this broker their follower, or
    changed their leader epoch) first truncate: OffsetForLeaderEpoch with the follower's
    latest epoch, cut to the answer (``truncation.py``: never to the follower's own HW);
-2. send one request with ``fetch_offset = LEO`` of every ready partition (the leader learns
-   follower progress from it), await the one response;
+2. send one request with ``fetch_offset = LEO`` of the ready partitions (the leader learns
+   follower progress from it), await the one response. The stream is an incremental fetch
+   session (Kafka's KIP-227; ``ReplicaFetchRequest.incremental``): the leader keeps the
+   partitions named on the stream and fetches each again at its last named offset and
+   epoch, so a request names only the partitions added or changed since the previous one
+   (``changed``: an answer applied, a pause, a truncation, a LeaderAndIsr) and forgets those
+   no longer ready (paused, truncating, removed); the response carries only the partitions
+   with news. A partition answered with an error leaves the session at once and is named
+   afresh once ready (the leader answers an error once, and the partition may become
+   ready again before a request could forget it). An idle round costs nothing per
+   partition on either side. A leader that answers without ``incremental`` (an older
+   version) gets every ready partition named in every request of that stream;
 3. per partition: append the batches exactly as the leader stored them
    (``Partition.append_as_follower``: CRCs checked, base offset must equal our LEO), move the
    HW to ``min(leader HW, LEO)``; errors: ``FENCED_LEADER_EPOCH`` (our epoch is old) and
@@ -61,6 +71,13 @@ class FetchState:
     truncating: bool = True
     paused_until: float = 0.0
 
+    def ready(self, now: float) -> bool:
+        return not self.truncating and self.paused_until <= now
+
+
+#: What the leader's session holds for a partition: the state, offset and epoch last named.
+Named = tuple[FetchState, int, int]
+
 
 class SessionError(Exception):
     """The leader refused or ended the session: reconnect after a backoff."""
@@ -75,9 +92,97 @@ class LeaderFetcher:
         self.states: dict[Key, FetchState] = {}
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        #: partitions whose fetch may differ from what the session holds (to name or forget)
+        self.changed: set[Key] = set()
+        #: partitions that must truncate first (``FetchState.truncating``), and paused ones
+        self.truncating: set[Key] = set()
+        self.paused: set[Key] = set()
+        #: the leader's session (this stream's): what it fetches for each partition
+        self.session: dict[Key, Named] = {}
+        #: answered with an error: no longer in ``session`` here, named again once ready, and
+        #: forgotten by the next request unless that names it
+        self.unnamed: set[Key] = set()
+        #: the stream's leader keeps incremental sessions (until it answers without)
+        self.incremental = True
 
-    def _ready(self, now: float) -> list[FetchState]:
-        return [s for s in self.states.values() if not s.truncating and s.paused_until <= now]
+    def put(self, s: FetchState) -> None:
+        """Fetch ``s`` (replacing the partition's state), truncating first."""
+        key = s.partition.key
+        self.states[key] = s
+        self.changed.add(key)
+        self._truncate_first(s)
+        self.wake.set()
+
+    def drop(self, key: Key) -> None:
+        if self.states.pop(key, None) is not None:
+            self.changed.add(key)
+
+    def _truncate_first(self, s: FetchState) -> None:
+        s.truncating = True
+        self.truncating.add(s.partition.key)
+        self.changed.add(s.partition.key)
+
+    def _pause(self, s: FetchState, until: float) -> None:
+        s.paused_until = until
+        self.changed.add(s.partition.key)
+
+    def _new_stream(self) -> None:
+        self.session.clear()
+        self.unnamed.clear()
+        self.changed.update(self.states)
+        self.incremental = True
+
+    def _request(self, now: float) -> broker_pb2.ReplicaFetchRequest | None:
+        """The next request of the stream; None when there is nothing to fetch."""
+        for key in list(self.paused):
+            s = self.states.get(key)
+            if s is None or s.paused_until <= now:
+                self.paused.discard(key)
+                self.changed.add(key)
+        keys, self.changed = self.changed, set()
+        named: list[FetchState] = []
+        forgotten: list[Key] = []
+        for key in keys:
+            s = self.states.get(key)
+            if s is not None and s.ready(now):
+                fetch = (s, s.partition.log_end_offset, s.leader_epoch)
+                if self.session.get(key) != fetch:
+                    self.session[key] = fetch
+                    named.append(s)
+            else:
+                if s is not None and s.paused_until > now:
+                    self.paused.add(key)
+                if self.session.pop(key, None) is not None:
+                    forgotten.append(key)
+        if self.unnamed:
+            forgotten.extend(k for k in self.unnamed if k not in self.session)
+            self.unnamed.clear()
+        if not self.incremental:  # a leader without sessions: every ready partition, always
+            named = [self.session[k][0] for k in self.session]
+        elif not (self.session or forgotten):
+            return None
+        epoch = self.m.broker_epoch()
+        return broker_pb2.ReplicaFetchRequest(
+            replica_id=self.m.broker_id,
+            broker_epoch=epoch if epoch is not None else -1,
+            max_wait_ms=MAX_WAIT_MS,
+            min_bytes=1,
+            max_bytes=MAX_BYTES,
+            incremental=self.incremental,
+            partitions=[
+                broker_pb2.ReplicaFetchPartition(
+                    topic=s.partition.topic,
+                    partition=s.partition.partition,
+                    fetch_offset=s.partition.log_end_offset,
+                    current_leader_epoch=s.leader_epoch,
+                    log_start_offset=s.partition.log_start_offset,
+                )
+                for s in named
+            ],
+            forgotten=[broker_pb2.ReplicaFetchForgotten(topic=t, partition=n) for t, n in forgotten]
+            if self.incremental
+            else [],
+        )
 
     async def _idle(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -97,16 +202,21 @@ class LeaderFetcher:
                 continue
             stub = broker_pb2_grpc.BrokerStub(self.m.peers.channel(address))
             call = stub.ReplicaFetch()
+            self._new_stream()
             try:
                 while self.states:
                     await self._truncate_pending(stub)
                     now = loop.time()
-                    ready = self._ready(now)
-                    if not ready:
-                        pauses = [s.paused_until - now for s in self.states.values()]
+                    req = self._request(now)
+                    if req is None:
+                        pauses = [
+                            s.paused_until - now
+                            for k in self.paused
+                            if (s := self.states.get(k)) is not None
+                        ]
                         await self._idle(min([PAUSE_S, *[p for p in pauses if p > 0]]))
                         continue
-                    await self._round(call, ready)
+                    await self._round(call, req)
                     backoff = MIN_BACKOFF_S
             except (grpc.RpcError, SessionError, TimeoutError) as exc:
                 log.info("fetch session with broker %d at %s: %s", self.leader_id, address, exc)
@@ -118,40 +228,32 @@ class LeaderFetcher:
             finally:
                 call.cancel()
 
-    async def _round(self, call: grpc.aio.StreamStreamCall, ready: list[FetchState]) -> None:
-        epoch = self.m.broker_epoch()
-        req = broker_pb2.ReplicaFetchRequest(
-            replica_id=self.m.broker_id,
-            broker_epoch=epoch if epoch is not None else -1,
-            max_wait_ms=MAX_WAIT_MS,
-            min_bytes=1,
-            max_bytes=MAX_BYTES,
-            partitions=[
-                broker_pb2.ReplicaFetchPartition(
-                    topic=s.partition.topic,
-                    partition=s.partition.partition,
-                    fetch_offset=s.partition.log_end_offset,
-                    current_leader_epoch=s.leader_epoch,
-                    log_start_offset=s.partition.log_start_offset,
-                )
-                for s in ready
-            ],
-        )
-        sent = {s.partition.key: s for s in ready}
+    async def _round(
+        self, call: grpc.aio.StreamStreamCall, req: broker_pb2.ReplicaFetchRequest
+    ) -> None:
         await timeouts.wait_for(call.write(req), RPC_TIMEOUT_S)
         resp = await timeouts.wait_for(call.read(), RPC_TIMEOUT_S + MAX_WAIT_MS / 1000)
         if resp is grpc.aio.EOF:
             raise SessionError("leader closed the stream")
         if resp.error_code != ErrorCode.NONE:
             raise SessionError(f"session refused: {ErrorCode.Name(resp.error_code)}")
+        if self.incremental and not resp.incremental:
+            log.info("broker %d keeps no incremental fetch sessions", self.leader_id)
+            self.incremental = False
         todo = []
         for d in resp.partitions:
-            s = sent.get((d.topic, d.partition))
-            if (
-                s is not None
-                and self.states.get(s.partition.key) is s
-                and not self._apply_now(s, d)
-            ):
+            key = (d.topic, d.partition)
+            named = self.session.get(key)
+            s = self.states.get(key)
+            if named is None or s is None or named[0] is not s:
+                continue
+            self.changed.add(key)  # its offset or pause may change: the next round compares
+            if d.error_code != ErrorCode.NONE:
+                # The leader answers an error once; whatever it was (not led there yet, an
+                # epoch, an offset), the partition is named afresh when ready again.
+                del self.session[key]
+                self.unnamed.add(key)
+            if not self._apply_now(s, d):
                 todo.append(self._apply(s, d))
         # The appends that could not be done at once (a worker thread's: the first batch of
         # a new leader epoch writes the leader-epoch checkpoint), one entry per partition,
@@ -173,13 +275,13 @@ class LeaderFetcher:
         if ok is None:
             return False
         if not ok:
-            self.states.pop(p.key, None)
+            self.drop(p.key)
         return True
 
     def _append_failed(self, s: FetchState, exc: Exception) -> None:
         log.warning("%r: cannot append replicated batches: %s", s.partition, exc)
-        s.truncating = True
-        s.paused_until = asyncio.get_running_loop().time() + PAUSE_S
+        self._truncate_first(s)
+        self._pause(s, asyncio.get_running_loop().time() + PAUSE_S)
 
     async def _apply(self, s: FetchState, d: broker_pb2.ReplicaFetchPartitionData) -> None:
         p = s.partition
@@ -192,29 +294,35 @@ class LeaderFetcher:
                 self._append_failed(s, exc)
                 return
             if not ok:
-                self.states.pop(p.key, None)
+                self.drop(p.key)
         elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if d.log_start_offset > p.log_end_offset:
                 log.info("%r: leader log starts at %d, restarting there", p, d.log_start_offset)
                 await p.truncate(d.log_start_offset, s.leader_epoch, fully=True)
             else:
-                s.truncating = True
+                self._truncate_first(s)
         else:
             log.info("%r: fetch from broker %d: %s", p, self.leader_id, ErrorCode.Name(code))
-            s.paused_until = now + (1.0 if code == ErrorCode.FENCED_LEADER_EPOCH else PAUSE_S)
+            self._pause(s, now + (1.0 if code == ErrorCode.FENCED_LEADER_EPOCH else PAUSE_S))
 
     async def _truncate_pending(self, stub: broker_pb2_grpc.BrokerStub) -> None:
         """Run OffsetForLeaderEpoch rounds for partitions that must truncate first."""
         for _ in range(8):  # a few KIP-279 rounds per pass; more continue next pass
             now = asyncio.get_running_loop().time()
-            todo = [s for s in self.states.values() if s.truncating and s.paused_until <= now]
+            todo = []
+            for key in list(self.truncating):
+                s = self.states.get(key)
+                if s is None or not s.truncating:
+                    self.truncating.discard(key)
+                elif s.paused_until <= now:
+                    todo.append(s)
             if not todo:
                 return
             asks: list[tuple[FetchState, int]] = []
             for s in todo:
                 latest = int(s.partition.log.latest_epoch)
                 if latest < 0:
-                    s.truncating = False  # no history: nothing can diverge
+                    self._truncated(s, True)  # no history: nothing can diverge
                 else:
                     asks.append((s, latest))
             if not asks:
@@ -247,18 +355,24 @@ class LeaderFetcher:
         if self.states.get(p.key) is not s:
             return
         if r is None or r.error_code != ErrorCode.NONE:
-            s.paused_until = now + PAUSE_S
+            self._pause(s, now + PAUSE_S)
             return
         target = truncation_target(
             r.leader_epoch, r.end_offset, p.log.end_offset_for_epoch, p.log_end_offset
         )
         if target is None:
-            s.paused_until = now + PAUSE_S
+            self._pause(s, now + PAUSE_S)
             return
         if target.offset < p.log_end_offset and not await p.truncate(target.offset, s.leader_epoch):
-            self.states.pop(p.key, None)
+            self.drop(p.key)
             return
-        s.truncating = not target.completed
+        self._truncated(s, target.completed)
+
+    def _truncated(self, s: FetchState, completed: bool) -> None:
+        if completed and s.truncating:
+            s.truncating = False
+            self.truncating.discard(s.partition.key)
+            self.changed.add(s.partition.key)
 
 
 class FetcherManager:
@@ -284,14 +398,13 @@ class FetcherManager:
             f = LeaderFetcher(self, leader_id)
             self._fetchers[leader_id] = f
             f.task = asyncio.create_task(f.run(), name=f"broker-fetcher-{leader_id}")
-        f.states[p.key] = FetchState(p, leader_epoch)
+        f.put(FetchState(p, leader_epoch))
         self._leader_of[p.key] = leader_id
-        f.wake.set()
 
     def remove(self, key: Key) -> None:
         leader = self._leader_of.pop(key, None)
         if leader is not None and leader in self._fetchers:
-            self._fetchers[leader].states.pop(key, None)
+            self._fetchers[leader].drop(key)
 
     def following(self, key: Key) -> int | None:
         return self._leader_of.get(key)

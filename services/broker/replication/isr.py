@@ -8,6 +8,9 @@ Rules (Kafka's, with Headwater's etcd controller):
   ``replica.lag.time.max.ms`` (``Partition.out_of_sync``) and proposes the ISR without them;
 * expand: the replica-fetch handler proposes ``ISR + follower`` when a fetch shows a follower
   in the replica set has caught up to the high watermark (``Partition.record_follower_fetch``);
+  the same pass proposes it for a follower of an incremental fetch session that has caught up
+  (``Partition.rejoining_followers``: an idle session does not name the partition again, so a
+  proposal the controller refused would otherwise not be made again);
 * a proposal is an AlterPartition to the active controller carrying the leader epoch and the
   partition epoch the leader saw; the controller applies it with a compare-and-swap in etcd.
   The ISR changes here **only** when the controller answers with the new state (new partition
@@ -113,13 +116,17 @@ class IsrManager:
         return self.propose(p, [r for r in p.replicas if r in members])
 
     def shrink_pass(self, now: float | None = None) -> int:
-        """Propose removing lagging followers from every led partition; how many proposed."""
+        """Propose removing lagging followers from every led partition, or adding a caught-up
+        session follower (see the module doc); how many proposed."""
         t = now_ms() if now is None else now
         n = 0
         for p in self._partitions():
             out = p.out_of_sync(t, self.lag_ms)
             if out and p.pending_isr is None:
                 n += self.propose(p, [r for r in p.isr if r not in out])
+            elif len(p.isr) < len(p.replicas):
+                for r in p.rejoining_followers()[:1]:
+                    n += self.expand(p, r)
         return n
 
     # ---- tasks

@@ -46,14 +46,15 @@ def read_checkpoint(directory: Path) -> Checkpoint | None:
     return cp
 
 
-def write_checkpoint(directory: Path, cp: Checkpoint) -> None:
-    """Atomically replace the checkpoint (tmp file, fsync, rename)."""
+def write_checkpoint(directory: Path, cp: Checkpoint, *, sync: bool = True) -> None:
+    """Atomically replace the checkpoint (tmp file, fsync, rename; ``sync=False``: without
+    the fsyncs, see ``fileio.replace_atomically``)."""
     doc = {
         "version": VERSION,
         "log_start_offset": cp.log_start_offset,
         "recovery_point": cp.recovery_point,
     }
-    replace_atomically(directory / CHECKPOINT_FILE, json.dumps(doc).encode())
+    replace_atomically(directory / CHECKPOINT_FILE, json.dumps(doc).encode(), sync=sync)
 
 
 def mark_clean_shutdown(directory: Path) -> None:

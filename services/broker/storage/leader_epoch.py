@@ -121,9 +121,10 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1].epoch if self._entries else UNDEFINED
 
-    def flush(self) -> None:
-        """Write the entries and fsync them."""
-        write_entries(self.dir, self._entries)
+    def flush(self, *, sync: bool = True) -> None:
+        """Write the entries and fsync them (``sync=False``: without the fsyncs, for a new
+        log's empty file that its owner makes durable otherwise)."""
+        write_entries(self.dir, self._entries, sync=sync)
         self.unsynced = False
 
     def sync(self) -> None:

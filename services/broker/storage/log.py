@@ -104,6 +104,10 @@ class Log(LogCleanup, LogReads):
             if not stray.stem.isdigit() or int(stray.stem) not in bases:
                 stray.unlink()
         recovery_point = cp.recovery_point if cp else 0
+        # A log with nothing stored (a new partition): its checkpoint and epoch file say what
+        # their absence says, so they are written without an fsync each (thousands of new
+        # partitions at once; LogManager.sync_created makes them durable in one call).
+        fresh = not bases and cp is None
         now = self._clock()
         segs, cut = recovery.recover_segments(
             [self._new_segment(b) for b in bases],
@@ -121,7 +125,7 @@ class Log(LogCleanup, LogReads):
         self._log_start = min(max(start, segs[0].base_offset), self._leo)
         self._recovery_point = min(recovery_point, self._leo)
         self._publish(structure_changed=True)
-        self._write_checkpoint()
+        self._write_checkpoint(sync=not fresh)
         self.epochs = recovery.load_epoch_cache(
             self.dir,
             segs,
@@ -129,6 +133,7 @@ class Log(LogCleanup, LogReads):
             log_end=self._leo,
             clean=clean,
             recovery_point=recovery_point,
+            sync=not fresh,
         )
         self._rebuild_producer_state()
 
@@ -406,14 +411,36 @@ class Log(LogCleanup, LogReads):
             self._unflushed_records = 0
             self._first_unflushed_ms = None
 
+    def _nothing_to_flush(self, now_ms: int) -> bool:
+        """Whether :meth:`maybe_flush` would do nothing, read without the lock: a writer that
+        changes the answer meanwhile is seen by the next pass."""
+        if self._closed or self._sealed_unflushed:
+            return False
+        first = self._first_unflushed_ms
+        if (
+            self.config.flush_ms >= 0
+            and first is not None
+            and now_ms - first >= self.config.flush_ms
+        ):
+            return False
+        cp = self._written_checkpoint
+        return (
+            cp is not None
+            and cp.log_start_offset == self._log_start
+            and cp.recovery_point == self._recovery_point
+        )
+
     def maybe_flush(self, now_ms: int) -> bool:
         """Periodic flush policy; True when it fsynced the active segment.
 
         Sealed segments are always fsynced here (the recovery point then moves to the active
         segment's base); the active one when ``flush.ms`` >= 0 and its oldest unflushed
         append is that old (``flush.messages`` is applied by ``append`` itself). Writes the
-        checkpoint when the recovery point or log start moved.
+        checkpoint when the recovery point or log start moved. A log with nothing to do is
+        passed over without its lock (the periodic pass visits every log every second).
         """
+        if self._nothing_to_flush(now_ms):
+            return False
         with self._lock:
             self._check_open()
             flushed = False

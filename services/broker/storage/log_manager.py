@@ -82,6 +82,8 @@ class LogManager:
         self._lock_fds: list[int] = []
         #: partitions whose new log another thread is creating (outside the lock)
         self._creating: dict[tuple[str, int], threading.Event] = {}
+        #: log directories holding new partitions not yet written back (``sync_created``)
+        self._unsynced: set[Path] = set()
         try:
             for d in self.log_dirs:
                 d.mkdir(parents=True, exist_ok=True)
@@ -148,14 +150,17 @@ class LogManager:
                         break
                     return self._finish(tp, log, topic_id)
             busy.wait()  # another thread is creating this partition's log: use it
-        # The new log's files are created and fsynced outside the lock: thousands of new
-        # partitions go through the worker threads at once, and the event loop's lookups
-        # (``topic_id``, ``log_dir_of``) must not wait behind all of them.
+        # The new log's files are created outside the lock: thousands of new partitions go
+        # through the worker threads at once, and the event loop's lookups (``topic_id``,
+        # ``log_dir_of``) must not wait behind all of them. They are not fsynced one by one
+        # (three files and two directories each): ``sync_created`` writes back all of them
+        # at once.
         try:
+            with self._lock:
+                self._unsynced.add(home)
             if topic_id:
                 (home / name).mkdir(exist_ok=True)
-                partition_metadata.write_topic_id(home / name, topic_id)
-                fileio.fsync_dir(home)
+                partition_metadata.write_topic_id(home / name, topic_id, sync=False)
             log = Log(home / name, config, clock=self._clock)
         except BaseException:
             with self._lock:
@@ -169,6 +174,14 @@ class LogManager:
             self._home[tp] = home
             self._creating.pop(tp).set()
             return self._finish(tp, log, topic_id)
+
+    def sync_created(self) -> None:
+        """Write back the new partitions' directories and files (``fileio.sync_filesystem``:
+        one call per log directory, not five fsyncs per partition). Raises OSError."""
+        with self._lock:
+            dirs, self._unsynced = self._unsynced, set()
+        for d in sorted(dirs):
+            fileio.sync_filesystem(d)
 
     def _finish(self, tp: tuple[str, int], log: Log, topic_id: str) -> Log:
         """Store a missing topic id and mark ``tp`` configured (caller holds the lock)."""
@@ -278,6 +291,7 @@ class LogManager:
         with self._lock:
             logs = list(self._logs.values())
         try:
+            self.sync_created()
             for log in logs:
                 log.close()
         finally:

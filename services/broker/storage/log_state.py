@@ -95,11 +95,11 @@ class LogState:
             seg_tuple, bases, ends = old.segments, old.bases, old.sealed_ends
         self._snap = Snapshot(seg_tuple, bases, ends, segs[-1].size, self._log_start, self._leo)
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, *, sync: bool = True) -> None:
         cp = checkpoint.Checkpoint(self._log_start, self._recovery_point)
         if cp != self._written_checkpoint:
             try:
-                checkpoint.write_checkpoint(self.dir, cp)
+                checkpoint.write_checkpoint(self.dir, cp, sync=sync)
             except OSError as exc:
                 raise KafkaStorageError(f"cannot write checkpoint in {self.dir}: {exc}") from exc
             self._written_checkpoint = cp

@@ -14,7 +14,10 @@ directory)::
     topic_id: <the topic id as the cluster spells it (32 hex digits; any printable token)>
 
 A directory written before topic ids were stored has no file: its id is unknown until the
-broker learns the cluster's id for the name and stores it (:func:`write_topic_id`).
+broker learns the cluster's id for the name and stores it (:func:`write_topic_id`). A new
+partition's file is written without the fsyncs (``LogManager.sync_created`` writes back all
+new directories of a LeaderAndIsr at once), so a power loss right after the creation may
+leave it empty: an empty file reads as no file.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ VERSION = 0
 
 
 def read_topic_id(directory: Path) -> str | None:
-    """The stored topic id; None when the directory has no ``partition.metadata``.
+    """The stored topic id; None when the directory has no ``partition.metadata`` (or an
+    empty one: see the module doc).
 
     Raises KafkaStorageError when the file exists but cannot be read or parsed (it is only
     ever replaced atomically, so a damaged file is a disk fault, not a torn write).
@@ -41,6 +45,8 @@ def read_topic_id(directory: Path) -> str | None:
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise KafkaStorageError(f"cannot read {path}: {exc}") from exc
+    if not text:
+        return None
     fields: dict[str, str] = {}
     for line in text.splitlines():
         name, sep, value = line.partition(":")
@@ -52,13 +58,14 @@ def read_topic_id(directory: Path) -> str | None:
     return topic_id
 
 
-def write_topic_id(directory: Path, topic_id: str) -> None:
-    """Store ``topic_id`` atomically (the directory must exist). Raises KafkaStorageError
-    for an id that is not a topic id, OSError when the disk fails."""
+def write_topic_id(directory: Path, topic_id: str, *, sync: bool = True) -> None:
+    """Store ``topic_id`` atomically (the directory must exist; ``sync=False``: without the
+    fsyncs, see ``fileio.replace_atomically``). Raises KafkaStorageError for an id that is
+    not a topic id, OSError when the disk fails."""
     if not _valid_id(topic_id):
         raise KafkaStorageError(f"not a topic id: {topic_id[:64]!r}")
     data = f"version: {VERSION}\ntopic_id: {topic_id}\n".encode()
-    replace_atomically(directory / METADATA_FILE, data)
+    replace_atomically(directory / METADATA_FILE, data, sync=sync)
 
 
 def _valid_id(topic_id: str) -> bool:

@@ -61,10 +61,12 @@ def load_epoch_cache(
     clean: bool = True,
     recovery_point: int = 0,
     on_rebuild: Callable[[], None] | None = None,
+    sync: bool = True,
 ) -> LeaderEpochCache:
-    """The partition's epoch cache, rebuilt from batch headers when the file is unusable;
-    after an unclean shutdown (``clean`` False) completed from the headers of the segments
-    reaching past ``recovery_point``."""
+    """The partition's epoch cache, rebuilt from batch headers when the file is unusable
+    (the rebuilt file fsynced unless ``sync`` is False); after an unclean shutdown
+    (``clean`` False) completed from the headers of the segments reaching past
+    ``recovery_point``."""
     entries = read_entries(directory)
     if entries is None:
         found: list[EpochEntry] = []
@@ -73,7 +75,7 @@ def load_epoch_cache(
                 if h.partition_leader_epoch > (found[-1].epoch if found else -1):
                     found.append(EpochEntry(h.partition_leader_epoch, h.base_offset))
         cache = LeaderEpochCache(directory, found)
-        cache.flush()
+        cache.flush(sync=sync)
         if on_rebuild is not None:
             on_rebuild()
     else:

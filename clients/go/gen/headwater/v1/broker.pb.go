@@ -1382,13 +1382,23 @@ func (x *ReplicaFetchPartition) GetLogStartOffset() int64 {
 }
 
 type ReplicaFetchRequest struct {
-	state         protoimpl.MessageState   `protogen:"open.v1"`
-	ReplicaId     int32                    `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`       // the follower's broker id
-	BrokerEpoch   int64                    `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"` // the follower's broker epoch
-	MaxWaitMs     int32                    `protobuf:"varint,3,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
-	MinBytes      int32                    `protobuf:"varint,4,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
-	MaxBytes      int32                    `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"` // per partition
-	Partitions    []*ReplicaFetchPartition `protobuf:"bytes,6,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	state       protoimpl.MessageState   `protogen:"open.v1"`
+	ReplicaId   int32                    `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`       // the follower's broker id
+	BrokerEpoch int64                    `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"` // the follower's broker epoch
+	MaxWaitMs   int32                    `protobuf:"varint,3,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	MinBytes    int32                    `protobuf:"varint,4,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
+	MaxBytes    int32                    `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"` // per partition
+	Partitions  []*ReplicaFetchPartition `protobuf:"bytes,6,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// An incremental fetch session (Kafka's KIP-227; the stream is the session): the leader
+	// keeps the set of partitions the stream's requests named, each fetched again at its last
+	// named offset and epoch with every request; a request names only the partitions added or
+	// changed since the stream's previous request, and those the session forgets. The
+	// responses carry only the partitions with something new (records, an error, another HW
+	// or log start). The follower sets it on every request of the stream; a leader that
+	// answers without `incremental` does not keep sessions (every request names every
+	// partition then).
+	Incremental   bool                     `protobuf:"varint,7,opt,name=incremental,proto3" json:"incremental,omitempty"`
+	Forgotten     []*ReplicaFetchForgotten `protobuf:"bytes,8,rep,name=forgotten,proto3" json:"forgotten,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1465,6 +1475,72 @@ func (x *ReplicaFetchRequest) GetPartitions() []*ReplicaFetchPartition {
 	return nil
 }
 
+func (x *ReplicaFetchRequest) GetIncremental() bool {
+	if x != nil {
+		return x.Incremental
+	}
+	return false
+}
+
+func (x *ReplicaFetchRequest) GetForgotten() []*ReplicaFetchForgotten {
+	if x != nil {
+		return x.Forgotten
+	}
+	return nil
+}
+
+type ReplicaFetchForgotten struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaFetchForgotten) Reset() {
+	*x = ReplicaFetchForgotten{}
+	mi := &file_headwater_v1_broker_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaFetchForgotten) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaFetchForgotten) ProtoMessage() {}
+
+func (x *ReplicaFetchForgotten) ProtoReflect() protoreflect.Message {
+	mi := &file_headwater_v1_broker_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaFetchForgotten.ProtoReflect.Descriptor instead.
+func (*ReplicaFetchForgotten) Descriptor() ([]byte, []int) {
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReplicaFetchForgotten) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ReplicaFetchForgotten) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
 type ReplicaFetchPartitionData struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Topic          string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -1480,7 +1556,7 @@ type ReplicaFetchPartitionData struct {
 
 func (x *ReplicaFetchPartitionData) Reset() {
 	*x = ReplicaFetchPartitionData{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[17]
+	mi := &file_headwater_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1568,7 @@ func (x *ReplicaFetchPartitionData) String() string {
 func (*ReplicaFetchPartitionData) ProtoMessage() {}
 
 func (x *ReplicaFetchPartitionData) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[17]
+	mi := &file_headwater_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1581,7 @@ func (x *ReplicaFetchPartitionData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFetchPartitionData.ProtoReflect.Descriptor instead.
 func (*ReplicaFetchPartitionData) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicaFetchPartitionData) GetTopic() string {
@@ -1561,13 +1637,14 @@ type ReplicaFetchResponse struct {
 	state         protoimpl.MessageState       `protogen:"open.v1"`
 	ErrorCode     ErrorCode                    `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3,enum=headwater.v1.ErrorCode" json:"error_code,omitempty"` // whole-session errors (e.g. STALE_BROKER_EPOCH)
 	Partitions    []*ReplicaFetchPartitionData `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Incremental   bool                         `protobuf:"varint,3,opt,name=incremental,proto3" json:"incremental,omitempty"` // the leader keeps the stream's incremental session
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaFetchResponse) Reset() {
 	*x = ReplicaFetchResponse{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[18]
+	mi := &file_headwater_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1656,7 @@ func (x *ReplicaFetchResponse) String() string {
 func (*ReplicaFetchResponse) ProtoMessage() {}
 
 func (x *ReplicaFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[18]
+	mi := &file_headwater_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1669,7 @@ func (x *ReplicaFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFetchResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaFetchResponse) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicaFetchResponse) GetErrorCode() ErrorCode {
@@ -1609,6 +1686,13 @@ func (x *ReplicaFetchResponse) GetPartitions() []*ReplicaFetchPartitionData {
 	return nil
 }
 
+func (x *ReplicaFetchResponse) GetIncremental() bool {
+	if x != nil {
+		return x.Incremental
+	}
+	return false
+}
+
 type OffsetForLeaderEpochPartition struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Topic              string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -1621,7 +1705,7 @@ type OffsetForLeaderEpochPartition struct {
 
 func (x *OffsetForLeaderEpochPartition) Reset() {
 	*x = OffsetForLeaderEpochPartition{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[19]
+	mi := &file_headwater_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1717,7 @@ func (x *OffsetForLeaderEpochPartition) String() string {
 func (*OffsetForLeaderEpochPartition) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[19]
+	mi := &file_headwater_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1730,7 @@ func (x *OffsetForLeaderEpochPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochPartition.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochPartition) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OffsetForLeaderEpochPartition) GetTopic() string {
@@ -1687,7 +1771,7 @@ type OffsetForLeaderEpochRequest struct {
 
 func (x *OffsetForLeaderEpochRequest) Reset() {
 	*x = OffsetForLeaderEpochRequest{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[20]
+	mi := &file_headwater_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1783,7 @@ func (x *OffsetForLeaderEpochRequest) String() string {
 func (*OffsetForLeaderEpochRequest) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[20]
+	mi := &file_headwater_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1796,7 @@ func (x *OffsetForLeaderEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochRequest.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochRequest) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OffsetForLeaderEpochRequest) GetReplicaId() int32 {
@@ -1745,7 +1829,7 @@ type EpochEndOffset struct {
 
 func (x *EpochEndOffset) Reset() {
 	*x = EpochEndOffset{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[21]
+	mi := &file_headwater_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1841,7 @@ func (x *EpochEndOffset) String() string {
 func (*EpochEndOffset) ProtoMessage() {}
 
 func (x *EpochEndOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[21]
+	mi := &file_headwater_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1854,7 @@ func (x *EpochEndOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochEndOffset.ProtoReflect.Descriptor instead.
 func (*EpochEndOffset) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EpochEndOffset) GetTopic() string {
@@ -1824,7 +1908,7 @@ type OffsetForLeaderEpochResponse struct {
 
 func (x *OffsetForLeaderEpochResponse) Reset() {
 	*x = OffsetForLeaderEpochResponse{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[22]
+	mi := &file_headwater_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1920,7 @@ func (x *OffsetForLeaderEpochResponse) String() string {
 func (*OffsetForLeaderEpochResponse) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[22]
+	mi := &file_headwater_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1933,7 @@ func (x *OffsetForLeaderEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochResponse.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochResponse) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OffsetForLeaderEpochResponse) GetPartitions() []*EpochEndOffset {
@@ -1871,7 +1955,7 @@ type PartitionAssignment struct {
 
 func (x *PartitionAssignment) Reset() {
 	*x = PartitionAssignment{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[23]
+	mi := &file_headwater_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1967,7 @@ func (x *PartitionAssignment) String() string {
 func (*PartitionAssignment) ProtoMessage() {}
 
 func (x *PartitionAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[23]
+	mi := &file_headwater_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1980,7 @@ func (x *PartitionAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAssignment.ProtoReflect.Descriptor instead.
 func (*PartitionAssignment) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PartitionAssignment) GetTopic() string {
@@ -1939,7 +2023,7 @@ type LeaderAndIsrRequest struct {
 
 func (x *LeaderAndIsrRequest) Reset() {
 	*x = LeaderAndIsrRequest{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[24]
+	mi := &file_headwater_v1_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2035,7 @@ func (x *LeaderAndIsrRequest) String() string {
 func (*LeaderAndIsrRequest) ProtoMessage() {}
 
 func (x *LeaderAndIsrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[24]
+	mi := &file_headwater_v1_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2048,7 @@ func (x *LeaderAndIsrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderAndIsrRequest.ProtoReflect.Descriptor instead.
 func (*LeaderAndIsrRequest) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{24}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LeaderAndIsrRequest) GetControllerId() int32 {
@@ -2007,7 +2091,7 @@ type PartitionError struct {
 
 func (x *PartitionError) Reset() {
 	*x = PartitionError{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[25]
+	mi := &file_headwater_v1_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2103,7 @@ func (x *PartitionError) String() string {
 func (*PartitionError) ProtoMessage() {}
 
 func (x *PartitionError) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[25]
+	mi := &file_headwater_v1_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2116,7 @@ func (x *PartitionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionError.ProtoReflect.Descriptor instead.
 func (*PartitionError) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{25}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PartitionError) GetTopic() string {
@@ -2073,7 +2157,7 @@ type LeaderAndIsrResponse struct {
 
 func (x *LeaderAndIsrResponse) Reset() {
 	*x = LeaderAndIsrResponse{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[26]
+	mi := &file_headwater_v1_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2169,7 @@ func (x *LeaderAndIsrResponse) String() string {
 func (*LeaderAndIsrResponse) ProtoMessage() {}
 
 func (x *LeaderAndIsrResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[26]
+	mi := &file_headwater_v1_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2182,7 @@ func (x *LeaderAndIsrResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderAndIsrResponse.ProtoReflect.Descriptor instead.
 func (*LeaderAndIsrResponse) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{26}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaderAndIsrResponse) GetErrorCode() ErrorCode {
@@ -2131,7 +2215,7 @@ type UpdateMetadataRequest struct {
 
 func (x *UpdateMetadataRequest) Reset() {
 	*x = UpdateMetadataRequest{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[27]
+	mi := &file_headwater_v1_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2227,7 @@ func (x *UpdateMetadataRequest) String() string {
 func (*UpdateMetadataRequest) ProtoMessage() {}
 
 func (x *UpdateMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[27]
+	mi := &file_headwater_v1_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2240,7 @@ func (x *UpdateMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMetadataRequest.ProtoReflect.Descriptor instead.
 func (*UpdateMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{27}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateMetadataRequest) GetControllerId() int32 {
@@ -2224,7 +2308,7 @@ type UpdateMetadataResponse struct {
 
 func (x *UpdateMetadataResponse) Reset() {
 	*x = UpdateMetadataResponse{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[28]
+	mi := &file_headwater_v1_broker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2320,7 @@ func (x *UpdateMetadataResponse) String() string {
 func (*UpdateMetadataResponse) ProtoMessage() {}
 
 func (x *UpdateMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[28]
+	mi := &file_headwater_v1_broker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2333,7 @@ func (x *UpdateMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMetadataResponse.ProtoReflect.Descriptor instead.
 func (*UpdateMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{28}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateMetadataResponse) GetErrorCode() ErrorCode {
@@ -2270,7 +2354,7 @@ type StopReplicaPartition struct {
 
 func (x *StopReplicaPartition) Reset() {
 	*x = StopReplicaPartition{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[29]
+	mi := &file_headwater_v1_broker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2366,7 @@ func (x *StopReplicaPartition) String() string {
 func (*StopReplicaPartition) ProtoMessage() {}
 
 func (x *StopReplicaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[29]
+	mi := &file_headwater_v1_broker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2379,7 @@ func (x *StopReplicaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopReplicaPartition.ProtoReflect.Descriptor instead.
 func (*StopReplicaPartition) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{29}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StopReplicaPartition) GetTopic() string {
@@ -2331,7 +2415,7 @@ type StopReplicaRequest struct {
 
 func (x *StopReplicaRequest) Reset() {
 	*x = StopReplicaRequest{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[30]
+	mi := &file_headwater_v1_broker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2427,7 @@ func (x *StopReplicaRequest) String() string {
 func (*StopReplicaRequest) ProtoMessage() {}
 
 func (x *StopReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[30]
+	mi := &file_headwater_v1_broker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2440,7 @@ func (x *StopReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopReplicaRequest.ProtoReflect.Descriptor instead.
 func (*StopReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{30}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StopReplicaRequest) GetControllerId() int32 {
@@ -2397,7 +2481,7 @@ type StopReplicaResponse struct {
 
 func (x *StopReplicaResponse) Reset() {
 	*x = StopReplicaResponse{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[31]
+	mi := &file_headwater_v1_broker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2493,7 @@ func (x *StopReplicaResponse) String() string {
 func (*StopReplicaResponse) ProtoMessage() {}
 
 func (x *StopReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[31]
+	mi := &file_headwater_v1_broker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2506,7 @@ func (x *StopReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopReplicaResponse.ProtoReflect.Descriptor instead.
 func (*StopReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{31}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StopReplicaResponse) GetErrorCode() ErrorCode {
@@ -2450,7 +2534,7 @@ type ControllerLivenessRequest struct {
 
 func (x *ControllerLivenessRequest) Reset() {
 	*x = ControllerLivenessRequest{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[32]
+	mi := &file_headwater_v1_broker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2546,7 @@ func (x *ControllerLivenessRequest) String() string {
 func (*ControllerLivenessRequest) ProtoMessage() {}
 
 func (x *ControllerLivenessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[32]
+	mi := &file_headwater_v1_broker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2559,7 @@ func (x *ControllerLivenessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerLivenessRequest.ProtoReflect.Descriptor instead.
 func (*ControllerLivenessRequest) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{32}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ControllerLivenessRequest) GetControllerId() int32 {
@@ -2510,7 +2594,7 @@ type ControllerLivenessResponse struct {
 
 func (x *ControllerLivenessResponse) Reset() {
 	*x = ControllerLivenessResponse{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[33]
+	mi := &file_headwater_v1_broker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2606,7 @@ func (x *ControllerLivenessResponse) String() string {
 func (*ControllerLivenessResponse) ProtoMessage() {}
 
 func (x *ControllerLivenessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[33]
+	mi := &file_headwater_v1_broker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2619,7 @@ func (x *ControllerLivenessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerLivenessResponse.ProtoReflect.Descriptor instead.
 func (*ControllerLivenessResponse) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{33}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ControllerLivenessResponse) GetErrorCode() ErrorCode {
@@ -2569,7 +2653,7 @@ type TxnMarkerPartition struct {
 
 func (x *TxnMarkerPartition) Reset() {
 	*x = TxnMarkerPartition{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[34]
+	mi := &file_headwater_v1_broker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2665,7 @@ func (x *TxnMarkerPartition) String() string {
 func (*TxnMarkerPartition) ProtoMessage() {}
 
 func (x *TxnMarkerPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[34]
+	mi := &file_headwater_v1_broker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2678,7 @@ func (x *TxnMarkerPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnMarkerPartition.ProtoReflect.Descriptor instead.
 func (*TxnMarkerPartition) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{34}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TxnMarkerPartition) GetTopic() string {
@@ -2626,7 +2710,7 @@ type WriteTxnMarker struct {
 
 func (x *WriteTxnMarker) Reset() {
 	*x = WriteTxnMarker{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[35]
+	mi := &file_headwater_v1_broker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2722,7 @@ func (x *WriteTxnMarker) String() string {
 func (*WriteTxnMarker) ProtoMessage() {}
 
 func (x *WriteTxnMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[35]
+	mi := &file_headwater_v1_broker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2735,7 @@ func (x *WriteTxnMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTxnMarker.ProtoReflect.Descriptor instead.
 func (*WriteTxnMarker) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{35}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WriteTxnMarker) GetProducerId() int64 {
@@ -2698,7 +2782,7 @@ type WriteTxnMarkersRequest struct {
 
 func (x *WriteTxnMarkersRequest) Reset() {
 	*x = WriteTxnMarkersRequest{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[36]
+	mi := &file_headwater_v1_broker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2794,7 @@ func (x *WriteTxnMarkersRequest) String() string {
 func (*WriteTxnMarkersRequest) ProtoMessage() {}
 
 func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[36]
+	mi := &file_headwater_v1_broker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2807,7 @@ func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTxnMarkersRequest.ProtoReflect.Descriptor instead.
 func (*WriteTxnMarkersRequest) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{36}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WriteTxnMarkersRequest) GetMarkers() []*WriteTxnMarker {
@@ -2746,7 +2830,7 @@ type WriteTxnMarkerResult struct {
 
 func (x *WriteTxnMarkerResult) Reset() {
 	*x = WriteTxnMarkerResult{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[37]
+	mi := &file_headwater_v1_broker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +2842,7 @@ func (x *WriteTxnMarkerResult) String() string {
 func (*WriteTxnMarkerResult) ProtoMessage() {}
 
 func (x *WriteTxnMarkerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[37]
+	mi := &file_headwater_v1_broker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +2855,7 @@ func (x *WriteTxnMarkerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTxnMarkerResult.ProtoReflect.Descriptor instead.
 func (*WriteTxnMarkerResult) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{37}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WriteTxnMarkerResult) GetProducerId() int64 {
@@ -2818,7 +2902,7 @@ type WriteTxnMarkersResponse struct {
 
 func (x *WriteTxnMarkersResponse) Reset() {
 	*x = WriteTxnMarkersResponse{}
-	mi := &file_headwater_v1_broker_proto_msgTypes[38]
+	mi := &file_headwater_v1_broker_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2914,7 @@ func (x *WriteTxnMarkersResponse) String() string {
 func (*WriteTxnMarkersResponse) ProtoMessage() {}
 
 func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_headwater_v1_broker_proto_msgTypes[38]
+	mi := &file_headwater_v1_broker_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2927,7 @@ func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTxnMarkersResponse.ProtoReflect.Descriptor instead.
 func (*WriteTxnMarkersResponse) Descriptor() ([]byte, []int) {
-	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{38}
+	return file_headwater_v1_broker_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WriteTxnMarkersResponse) GetResults() []*WriteTxnMarkerResult {
@@ -2979,7 +3063,7 @@ const file_headwater_v1_broker_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12!\n" +
 	"\ffetch_offset\x18\x03 \x01(\x03R\vfetchOffset\x120\n" +
 	"\x14current_leader_epoch\x18\x04 \x01(\x05R\x12currentLeaderEpoch\x12(\n" +
-	"\x10log_start_offset\x18\x05 \x01(\x03R\x0elogStartOffset\"\xf6\x01\n" +
+	"\x10log_start_offset\x18\x05 \x01(\x03R\x0elogStartOffset\"\xdb\x02\n" +
 	"\x13ReplicaFetchRequest\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12!\n" +
@@ -2989,7 +3073,12 @@ const file_headwater_v1_broker_proto_rawDesc = "" +
 	"\tmax_bytes\x18\x05 \x01(\x05R\bmaxBytes\x12C\n" +
 	"\n" +
 	"partitions\x18\x06 \x03(\v2#.headwater.v1.ReplicaFetchPartitionR\n" +
-	"partitions\"\x97\x02\n" +
+	"partitions\x12 \n" +
+	"\vincremental\x18\a \x01(\bR\vincremental\x12A\n" +
+	"\tforgotten\x18\b \x03(\v2#.headwater.v1.ReplicaFetchForgottenR\tforgotten\"K\n" +
+	"\x15ReplicaFetchForgotten\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\x97\x02\n" +
 	"\x19ReplicaFetchPartitionData\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x126\n" +
@@ -2998,13 +3087,14 @@ const file_headwater_v1_broker_proto_rawDesc = "" +
 	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\x12%\n" +
 	"\x0ehigh_watermark\x18\x05 \x01(\x03R\rhighWatermark\x12(\n" +
 	"\x10log_start_offset\x18\x06 \x01(\x03R\x0elogStartOffset\x12\x18\n" +
-	"\arecords\x18\a \x01(\fR\arecords\"\x97\x01\n" +
+	"\arecords\x18\a \x01(\fR\arecords\"\xb9\x01\n" +
 	"\x14ReplicaFetchResponse\x126\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x0e2\x17.headwater.v1.ErrorCodeR\terrorCode\x12G\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2'.headwater.v1.ReplicaFetchPartitionDataR\n" +
-	"partitions\"\xa8\x01\n" +
+	"partitions\x12 \n" +
+	"\vincremental\x18\x03 \x01(\bR\vincremental\"\xa8\x01\n" +
 	"\x1dOffsetForLeaderEpochPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x120\n" +
@@ -3158,7 +3248,7 @@ func file_headwater_v1_broker_proto_rawDescGZIP() []byte {
 }
 
 var file_headwater_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_headwater_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_headwater_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_headwater_v1_broker_proto_goTypes = []any{
 	(Acks)(0),                             // 0: headwater.v1.Acks
 	(IsolationLevel)(0),                   // 1: headwater.v1.IsolationLevel
@@ -3179,114 +3269,116 @@ var file_headwater_v1_broker_proto_goTypes = []any{
 	(*ListOffsetsResponse)(nil),           // 16: headwater.v1.ListOffsetsResponse
 	(*ReplicaFetchPartition)(nil),         // 17: headwater.v1.ReplicaFetchPartition
 	(*ReplicaFetchRequest)(nil),           // 18: headwater.v1.ReplicaFetchRequest
-	(*ReplicaFetchPartitionData)(nil),     // 19: headwater.v1.ReplicaFetchPartitionData
-	(*ReplicaFetchResponse)(nil),          // 20: headwater.v1.ReplicaFetchResponse
-	(*OffsetForLeaderEpochPartition)(nil), // 21: headwater.v1.OffsetForLeaderEpochPartition
-	(*OffsetForLeaderEpochRequest)(nil),   // 22: headwater.v1.OffsetForLeaderEpochRequest
-	(*EpochEndOffset)(nil),                // 23: headwater.v1.EpochEndOffset
-	(*OffsetForLeaderEpochResponse)(nil),  // 24: headwater.v1.OffsetForLeaderEpochResponse
-	(*PartitionAssignment)(nil),           // 25: headwater.v1.PartitionAssignment
-	(*LeaderAndIsrRequest)(nil),           // 26: headwater.v1.LeaderAndIsrRequest
-	(*PartitionError)(nil),                // 27: headwater.v1.PartitionError
-	(*LeaderAndIsrResponse)(nil),          // 28: headwater.v1.LeaderAndIsrResponse
-	(*UpdateMetadataRequest)(nil),         // 29: headwater.v1.UpdateMetadataRequest
-	(*UpdateMetadataResponse)(nil),        // 30: headwater.v1.UpdateMetadataResponse
-	(*StopReplicaPartition)(nil),          // 31: headwater.v1.StopReplicaPartition
-	(*StopReplicaRequest)(nil),            // 32: headwater.v1.StopReplicaRequest
-	(*StopReplicaResponse)(nil),           // 33: headwater.v1.StopReplicaResponse
-	(*ControllerLivenessRequest)(nil),     // 34: headwater.v1.ControllerLivenessRequest
-	(*ControllerLivenessResponse)(nil),    // 35: headwater.v1.ControllerLivenessResponse
-	(*TxnMarkerPartition)(nil),            // 36: headwater.v1.TxnMarkerPartition
-	(*WriteTxnMarker)(nil),                // 37: headwater.v1.WriteTxnMarker
-	(*WriteTxnMarkersRequest)(nil),        // 38: headwater.v1.WriteTxnMarkersRequest
-	(*WriteTxnMarkerResult)(nil),          // 39: headwater.v1.WriteTxnMarkerResult
-	(*WriteTxnMarkersResponse)(nil),       // 40: headwater.v1.WriteTxnMarkersResponse
-	nil,                                   // 41: headwater.v1.PartitionAssignment.ConfigsEntry
-	(ErrorCode)(0),                        // 42: headwater.v1.ErrorCode
-	(*PartitionState)(nil),                // 43: headwater.v1.PartitionState
-	(*BrokerInfo)(nil),                    // 44: headwater.v1.BrokerInfo
-	(*TopicMetadata)(nil),                 // 45: headwater.v1.TopicMetadata
-	(*MetadataRequest)(nil),               // 46: headwater.v1.MetadataRequest
-	(*InitProducerIdRequest)(nil),         // 47: headwater.v1.InitProducerIdRequest
-	(*MetadataResponse)(nil),              // 48: headwater.v1.MetadataResponse
-	(*InitProducerIdResponse)(nil),        // 49: headwater.v1.InitProducerIdResponse
+	(*ReplicaFetchForgotten)(nil),         // 19: headwater.v1.ReplicaFetchForgotten
+	(*ReplicaFetchPartitionData)(nil),     // 20: headwater.v1.ReplicaFetchPartitionData
+	(*ReplicaFetchResponse)(nil),          // 21: headwater.v1.ReplicaFetchResponse
+	(*OffsetForLeaderEpochPartition)(nil), // 22: headwater.v1.OffsetForLeaderEpochPartition
+	(*OffsetForLeaderEpochRequest)(nil),   // 23: headwater.v1.OffsetForLeaderEpochRequest
+	(*EpochEndOffset)(nil),                // 24: headwater.v1.EpochEndOffset
+	(*OffsetForLeaderEpochResponse)(nil),  // 25: headwater.v1.OffsetForLeaderEpochResponse
+	(*PartitionAssignment)(nil),           // 26: headwater.v1.PartitionAssignment
+	(*LeaderAndIsrRequest)(nil),           // 27: headwater.v1.LeaderAndIsrRequest
+	(*PartitionError)(nil),                // 28: headwater.v1.PartitionError
+	(*LeaderAndIsrResponse)(nil),          // 29: headwater.v1.LeaderAndIsrResponse
+	(*UpdateMetadataRequest)(nil),         // 30: headwater.v1.UpdateMetadataRequest
+	(*UpdateMetadataResponse)(nil),        // 31: headwater.v1.UpdateMetadataResponse
+	(*StopReplicaPartition)(nil),          // 32: headwater.v1.StopReplicaPartition
+	(*StopReplicaRequest)(nil),            // 33: headwater.v1.StopReplicaRequest
+	(*StopReplicaResponse)(nil),           // 34: headwater.v1.StopReplicaResponse
+	(*ControllerLivenessRequest)(nil),     // 35: headwater.v1.ControllerLivenessRequest
+	(*ControllerLivenessResponse)(nil),    // 36: headwater.v1.ControllerLivenessResponse
+	(*TxnMarkerPartition)(nil),            // 37: headwater.v1.TxnMarkerPartition
+	(*WriteTxnMarker)(nil),                // 38: headwater.v1.WriteTxnMarker
+	(*WriteTxnMarkersRequest)(nil),        // 39: headwater.v1.WriteTxnMarkersRequest
+	(*WriteTxnMarkerResult)(nil),          // 40: headwater.v1.WriteTxnMarkerResult
+	(*WriteTxnMarkersResponse)(nil),       // 41: headwater.v1.WriteTxnMarkersResponse
+	nil,                                   // 42: headwater.v1.PartitionAssignment.ConfigsEntry
+	(ErrorCode)(0),                        // 43: headwater.v1.ErrorCode
+	(*PartitionState)(nil),                // 44: headwater.v1.PartitionState
+	(*BrokerInfo)(nil),                    // 45: headwater.v1.BrokerInfo
+	(*TopicMetadata)(nil),                 // 46: headwater.v1.TopicMetadata
+	(*MetadataRequest)(nil),               // 47: headwater.v1.MetadataRequest
+	(*InitProducerIdRequest)(nil),         // 48: headwater.v1.InitProducerIdRequest
+	(*MetadataResponse)(nil),              // 49: headwater.v1.MetadataResponse
+	(*InitProducerIdResponse)(nil),        // 50: headwater.v1.InitProducerIdResponse
 }
 var file_headwater_v1_broker_proto_depIdxs = []int32{
 	0,  // 0: headwater.v1.ProduceRequest.acks:type_name -> headwater.v1.Acks
 	2,  // 1: headwater.v1.ProduceRequest.partitions:type_name -> headwater.v1.PartitionRecords
-	42, // 2: headwater.v1.PartitionProduceResult.error_code:type_name -> headwater.v1.ErrorCode
+	43, // 2: headwater.v1.PartitionProduceResult.error_code:type_name -> headwater.v1.ErrorCode
 	4,  // 3: headwater.v1.ProduceResponse.partitions:type_name -> headwater.v1.PartitionProduceResult
 	6,  // 4: headwater.v1.Record.headers:type_name -> headwater.v1.RecordHeader
 	0,  // 5: headwater.v1.ProduceRecordsRequest.acks:type_name -> headwater.v1.Acks
 	7,  // 6: headwater.v1.ProduceRecordsRequest.records:type_name -> headwater.v1.Record
 	1,  // 7: headwater.v1.FetchRequest.isolation_level:type_name -> headwater.v1.IsolationLevel
-	42, // 8: headwater.v1.FetchResponse.error_code:type_name -> headwater.v1.ErrorCode
+	43, // 8: headwater.v1.FetchResponse.error_code:type_name -> headwater.v1.ErrorCode
 	11, // 9: headwater.v1.FetchResponse.aborted_transactions:type_name -> headwater.v1.AbortedTransaction
-	42, // 10: headwater.v1.FetchRecordsResponse.error_code:type_name -> headwater.v1.ErrorCode
+	43, // 10: headwater.v1.FetchRecordsResponse.error_code:type_name -> headwater.v1.ErrorCode
 	7,  // 11: headwater.v1.FetchRecordsResponse.records:type_name -> headwater.v1.Record
 	13, // 12: headwater.v1.ListOffsetsRequest.partitions:type_name -> headwater.v1.ListOffsetsPartition
 	1,  // 13: headwater.v1.ListOffsetsRequest.isolation_level:type_name -> headwater.v1.IsolationLevel
-	42, // 14: headwater.v1.ListOffsetsResult.error_code:type_name -> headwater.v1.ErrorCode
+	43, // 14: headwater.v1.ListOffsetsResult.error_code:type_name -> headwater.v1.ErrorCode
 	15, // 15: headwater.v1.ListOffsetsResponse.partitions:type_name -> headwater.v1.ListOffsetsResult
 	17, // 16: headwater.v1.ReplicaFetchRequest.partitions:type_name -> headwater.v1.ReplicaFetchPartition
-	42, // 17: headwater.v1.ReplicaFetchPartitionData.error_code:type_name -> headwater.v1.ErrorCode
-	42, // 18: headwater.v1.ReplicaFetchResponse.error_code:type_name -> headwater.v1.ErrorCode
-	19, // 19: headwater.v1.ReplicaFetchResponse.partitions:type_name -> headwater.v1.ReplicaFetchPartitionData
-	21, // 20: headwater.v1.OffsetForLeaderEpochRequest.partitions:type_name -> headwater.v1.OffsetForLeaderEpochPartition
-	42, // 21: headwater.v1.EpochEndOffset.error_code:type_name -> headwater.v1.ErrorCode
-	23, // 22: headwater.v1.OffsetForLeaderEpochResponse.partitions:type_name -> headwater.v1.EpochEndOffset
-	43, // 23: headwater.v1.PartitionAssignment.state:type_name -> headwater.v1.PartitionState
-	41, // 24: headwater.v1.PartitionAssignment.configs:type_name -> headwater.v1.PartitionAssignment.ConfigsEntry
-	25, // 25: headwater.v1.LeaderAndIsrRequest.partitions:type_name -> headwater.v1.PartitionAssignment
-	42, // 26: headwater.v1.PartitionError.error_code:type_name -> headwater.v1.ErrorCode
-	42, // 27: headwater.v1.LeaderAndIsrResponse.error_code:type_name -> headwater.v1.ErrorCode
-	27, // 28: headwater.v1.LeaderAndIsrResponse.partitions:type_name -> headwater.v1.PartitionError
-	44, // 29: headwater.v1.UpdateMetadataRequest.brokers:type_name -> headwater.v1.BrokerInfo
-	45, // 30: headwater.v1.UpdateMetadataRequest.topics:type_name -> headwater.v1.TopicMetadata
-	44, // 31: headwater.v1.UpdateMetadataRequest.controller:type_name -> headwater.v1.BrokerInfo
-	44, // 32: headwater.v1.UpdateMetadataRequest.coordinators:type_name -> headwater.v1.BrokerInfo
-	42, // 33: headwater.v1.UpdateMetadataResponse.error_code:type_name -> headwater.v1.ErrorCode
-	31, // 34: headwater.v1.StopReplicaRequest.partitions:type_name -> headwater.v1.StopReplicaPartition
-	42, // 35: headwater.v1.StopReplicaResponse.error_code:type_name -> headwater.v1.ErrorCode
-	27, // 36: headwater.v1.StopReplicaResponse.partitions:type_name -> headwater.v1.PartitionError
-	42, // 37: headwater.v1.ControllerLivenessResponse.error_code:type_name -> headwater.v1.ErrorCode
-	36, // 38: headwater.v1.WriteTxnMarker.partitions:type_name -> headwater.v1.TxnMarkerPartition
-	37, // 39: headwater.v1.WriteTxnMarkersRequest.markers:type_name -> headwater.v1.WriteTxnMarker
-	42, // 40: headwater.v1.WriteTxnMarkerResult.error_code:type_name -> headwater.v1.ErrorCode
-	39, // 41: headwater.v1.WriteTxnMarkersResponse.results:type_name -> headwater.v1.WriteTxnMarkerResult
-	3,  // 42: headwater.v1.Broker.Produce:input_type -> headwater.v1.ProduceRequest
-	8,  // 43: headwater.v1.Broker.ProduceRecords:input_type -> headwater.v1.ProduceRecordsRequest
-	9,  // 44: headwater.v1.Broker.Fetch:input_type -> headwater.v1.FetchRequest
-	9,  // 45: headwater.v1.Broker.FetchRecords:input_type -> headwater.v1.FetchRequest
-	14, // 46: headwater.v1.Broker.ListOffsets:input_type -> headwater.v1.ListOffsetsRequest
-	46, // 47: headwater.v1.Broker.Metadata:input_type -> headwater.v1.MetadataRequest
-	18, // 48: headwater.v1.Broker.ReplicaFetch:input_type -> headwater.v1.ReplicaFetchRequest
-	22, // 49: headwater.v1.Broker.OffsetForLeaderEpoch:input_type -> headwater.v1.OffsetForLeaderEpochRequest
-	26, // 50: headwater.v1.Broker.LeaderAndIsr:input_type -> headwater.v1.LeaderAndIsrRequest
-	29, // 51: headwater.v1.Broker.UpdateMetadata:input_type -> headwater.v1.UpdateMetadataRequest
-	32, // 52: headwater.v1.Broker.StopReplica:input_type -> headwater.v1.StopReplicaRequest
-	34, // 53: headwater.v1.Broker.ControllerLiveness:input_type -> headwater.v1.ControllerLivenessRequest
-	47, // 54: headwater.v1.Broker.InitProducerId:input_type -> headwater.v1.InitProducerIdRequest
-	38, // 55: headwater.v1.Broker.WriteTxnMarkers:input_type -> headwater.v1.WriteTxnMarkersRequest
-	5,  // 56: headwater.v1.Broker.Produce:output_type -> headwater.v1.ProduceResponse
-	5,  // 57: headwater.v1.Broker.ProduceRecords:output_type -> headwater.v1.ProduceResponse
-	10, // 58: headwater.v1.Broker.Fetch:output_type -> headwater.v1.FetchResponse
-	12, // 59: headwater.v1.Broker.FetchRecords:output_type -> headwater.v1.FetchRecordsResponse
-	16, // 60: headwater.v1.Broker.ListOffsets:output_type -> headwater.v1.ListOffsetsResponse
-	48, // 61: headwater.v1.Broker.Metadata:output_type -> headwater.v1.MetadataResponse
-	20, // 62: headwater.v1.Broker.ReplicaFetch:output_type -> headwater.v1.ReplicaFetchResponse
-	24, // 63: headwater.v1.Broker.OffsetForLeaderEpoch:output_type -> headwater.v1.OffsetForLeaderEpochResponse
-	28, // 64: headwater.v1.Broker.LeaderAndIsr:output_type -> headwater.v1.LeaderAndIsrResponse
-	30, // 65: headwater.v1.Broker.UpdateMetadata:output_type -> headwater.v1.UpdateMetadataResponse
-	33, // 66: headwater.v1.Broker.StopReplica:output_type -> headwater.v1.StopReplicaResponse
-	35, // 67: headwater.v1.Broker.ControllerLiveness:output_type -> headwater.v1.ControllerLivenessResponse
-	49, // 68: headwater.v1.Broker.InitProducerId:output_type -> headwater.v1.InitProducerIdResponse
-	40, // 69: headwater.v1.Broker.WriteTxnMarkers:output_type -> headwater.v1.WriteTxnMarkersResponse
-	56, // [56:70] is the sub-list for method output_type
-	42, // [42:56] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	19, // 17: headwater.v1.ReplicaFetchRequest.forgotten:type_name -> headwater.v1.ReplicaFetchForgotten
+	43, // 18: headwater.v1.ReplicaFetchPartitionData.error_code:type_name -> headwater.v1.ErrorCode
+	43, // 19: headwater.v1.ReplicaFetchResponse.error_code:type_name -> headwater.v1.ErrorCode
+	20, // 20: headwater.v1.ReplicaFetchResponse.partitions:type_name -> headwater.v1.ReplicaFetchPartitionData
+	22, // 21: headwater.v1.OffsetForLeaderEpochRequest.partitions:type_name -> headwater.v1.OffsetForLeaderEpochPartition
+	43, // 22: headwater.v1.EpochEndOffset.error_code:type_name -> headwater.v1.ErrorCode
+	24, // 23: headwater.v1.OffsetForLeaderEpochResponse.partitions:type_name -> headwater.v1.EpochEndOffset
+	44, // 24: headwater.v1.PartitionAssignment.state:type_name -> headwater.v1.PartitionState
+	42, // 25: headwater.v1.PartitionAssignment.configs:type_name -> headwater.v1.PartitionAssignment.ConfigsEntry
+	26, // 26: headwater.v1.LeaderAndIsrRequest.partitions:type_name -> headwater.v1.PartitionAssignment
+	43, // 27: headwater.v1.PartitionError.error_code:type_name -> headwater.v1.ErrorCode
+	43, // 28: headwater.v1.LeaderAndIsrResponse.error_code:type_name -> headwater.v1.ErrorCode
+	28, // 29: headwater.v1.LeaderAndIsrResponse.partitions:type_name -> headwater.v1.PartitionError
+	45, // 30: headwater.v1.UpdateMetadataRequest.brokers:type_name -> headwater.v1.BrokerInfo
+	46, // 31: headwater.v1.UpdateMetadataRequest.topics:type_name -> headwater.v1.TopicMetadata
+	45, // 32: headwater.v1.UpdateMetadataRequest.controller:type_name -> headwater.v1.BrokerInfo
+	45, // 33: headwater.v1.UpdateMetadataRequest.coordinators:type_name -> headwater.v1.BrokerInfo
+	43, // 34: headwater.v1.UpdateMetadataResponse.error_code:type_name -> headwater.v1.ErrorCode
+	32, // 35: headwater.v1.StopReplicaRequest.partitions:type_name -> headwater.v1.StopReplicaPartition
+	43, // 36: headwater.v1.StopReplicaResponse.error_code:type_name -> headwater.v1.ErrorCode
+	28, // 37: headwater.v1.StopReplicaResponse.partitions:type_name -> headwater.v1.PartitionError
+	43, // 38: headwater.v1.ControllerLivenessResponse.error_code:type_name -> headwater.v1.ErrorCode
+	37, // 39: headwater.v1.WriteTxnMarker.partitions:type_name -> headwater.v1.TxnMarkerPartition
+	38, // 40: headwater.v1.WriteTxnMarkersRequest.markers:type_name -> headwater.v1.WriteTxnMarker
+	43, // 41: headwater.v1.WriteTxnMarkerResult.error_code:type_name -> headwater.v1.ErrorCode
+	40, // 42: headwater.v1.WriteTxnMarkersResponse.results:type_name -> headwater.v1.WriteTxnMarkerResult
+	3,  // 43: headwater.v1.Broker.Produce:input_type -> headwater.v1.ProduceRequest
+	8,  // 44: headwater.v1.Broker.ProduceRecords:input_type -> headwater.v1.ProduceRecordsRequest
+	9,  // 45: headwater.v1.Broker.Fetch:input_type -> headwater.v1.FetchRequest
+	9,  // 46: headwater.v1.Broker.FetchRecords:input_type -> headwater.v1.FetchRequest
+	14, // 47: headwater.v1.Broker.ListOffsets:input_type -> headwater.v1.ListOffsetsRequest
+	47, // 48: headwater.v1.Broker.Metadata:input_type -> headwater.v1.MetadataRequest
+	18, // 49: headwater.v1.Broker.ReplicaFetch:input_type -> headwater.v1.ReplicaFetchRequest
+	23, // 50: headwater.v1.Broker.OffsetForLeaderEpoch:input_type -> headwater.v1.OffsetForLeaderEpochRequest
+	27, // 51: headwater.v1.Broker.LeaderAndIsr:input_type -> headwater.v1.LeaderAndIsrRequest
+	30, // 52: headwater.v1.Broker.UpdateMetadata:input_type -> headwater.v1.UpdateMetadataRequest
+	33, // 53: headwater.v1.Broker.StopReplica:input_type -> headwater.v1.StopReplicaRequest
+	35, // 54: headwater.v1.Broker.ControllerLiveness:input_type -> headwater.v1.ControllerLivenessRequest
+	48, // 55: headwater.v1.Broker.InitProducerId:input_type -> headwater.v1.InitProducerIdRequest
+	39, // 56: headwater.v1.Broker.WriteTxnMarkers:input_type -> headwater.v1.WriteTxnMarkersRequest
+	5,  // 57: headwater.v1.Broker.Produce:output_type -> headwater.v1.ProduceResponse
+	5,  // 58: headwater.v1.Broker.ProduceRecords:output_type -> headwater.v1.ProduceResponse
+	10, // 59: headwater.v1.Broker.Fetch:output_type -> headwater.v1.FetchResponse
+	12, // 60: headwater.v1.Broker.FetchRecords:output_type -> headwater.v1.FetchRecordsResponse
+	16, // 61: headwater.v1.Broker.ListOffsets:output_type -> headwater.v1.ListOffsetsResponse
+	49, // 62: headwater.v1.Broker.Metadata:output_type -> headwater.v1.MetadataResponse
+	21, // 63: headwater.v1.Broker.ReplicaFetch:output_type -> headwater.v1.ReplicaFetchResponse
+	25, // 64: headwater.v1.Broker.OffsetForLeaderEpoch:output_type -> headwater.v1.OffsetForLeaderEpochResponse
+	29, // 65: headwater.v1.Broker.LeaderAndIsr:output_type -> headwater.v1.LeaderAndIsrResponse
+	31, // 66: headwater.v1.Broker.UpdateMetadata:output_type -> headwater.v1.UpdateMetadataResponse
+	34, // 67: headwater.v1.Broker.StopReplica:output_type -> headwater.v1.StopReplicaResponse
+	36, // 68: headwater.v1.Broker.ControllerLiveness:output_type -> headwater.v1.ControllerLivenessResponse
+	50, // 69: headwater.v1.Broker.InitProducerId:output_type -> headwater.v1.InitProducerIdResponse
+	41, // 70: headwater.v1.Broker.WriteTxnMarkers:output_type -> headwater.v1.WriteTxnMarkersResponse
+	57, // [57:71] is the sub-list for method output_type
+	43, // [43:57] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_headwater_v1_broker_proto_init() }
@@ -3306,7 +3398,7 @@ func file_headwater_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_headwater_v1_broker_proto_rawDesc), len(file_headwater_v1_broker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -71,11 +71,13 @@ type BrokerClient interface {
 	// Brokers, topics, partition leaders. Any broker answers.
 	Metadata(ctx context.Context, in *MetadataRequest, opts ...grpc.CallOption) (*MetadataResponse, error)
 	// --- broker to broker (replication) ---
-	// A follower's fetch session with one leader broker: the follower sends a request naming
-	// every partition it follows from that leader with its fetch offset (= its log end offset,
+	// A follower's fetch session with one leader broker: the follower's requests name the
+	// partitions it follows from that leader with its fetch offset (= its log end offset,
 	// which is how the leader learns follower progress); the leader answers each request once
 	// (long poll: up to max_wait_ms for min_bytes across the partitions). Request/response in
 	// lockstep over one long-lived stream: Kafka's replica fetcher without a unary call each.
+	// An incremental session (ReplicaFetchRequest.incremental, KIP-227) names only the
+	// partitions that changed since the stream's previous request.
 	ReplicaFetch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicaFetchRequest, ReplicaFetchResponse], error)
 	// The end offset of a leader epoch on this leader (KIP-101/279): where a follower truncates.
 	OffsetForLeaderEpoch(ctx context.Context, in *OffsetForLeaderEpochRequest, opts ...grpc.CallOption) (*OffsetForLeaderEpochResponse, error)
@@ -294,11 +296,13 @@ type BrokerServer interface {
 	// Brokers, topics, partition leaders. Any broker answers.
 	Metadata(context.Context, *MetadataRequest) (*MetadataResponse, error)
 	// --- broker to broker (replication) ---
-	// A follower's fetch session with one leader broker: the follower sends a request naming
-	// every partition it follows from that leader with its fetch offset (= its log end offset,
+	// A follower's fetch session with one leader broker: the follower's requests name the
+	// partitions it follows from that leader with its fetch offset (= its log end offset,
 	// which is how the leader learns follower progress); the leader answers each request once
 	// (long poll: up to max_wait_ms for min_bytes across the partitions). Request/response in
 	// lockstep over one long-lived stream: Kafka's replica fetcher without a unary call each.
+	// An incremental session (ReplicaFetchRequest.incremental, KIP-227) names only the
+	// partitions that changed since the stream's previous request.
 	ReplicaFetch(grpc.BidiStreamingServer[ReplicaFetchRequest, ReplicaFetchResponse]) error
 	// The end offset of a leader epoch on this leader (KIP-101/279): where a follower truncates.
 	OffsetForLeaderEpoch(context.Context, *OffsetForLeaderEpochRequest) (*OffsetForLeaderEpochResponse, error)
