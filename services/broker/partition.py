@@ -428,11 +428,18 @@ class Partition:
         if f is not None and f.clock is clock:
             f.clock = None
 
-    def rejoining_followers(self) -> list[int]:
-        """Followers of an incremental fetch session that :meth:`may_join_isr` (an idle
-        session does not name the partition again, so the ISR pass asks here)."""
+    def rejoining_followers(self, now_ms: float, lag_ms: float) -> list[int]:
+        """Followers of an incremental fetch session that :meth:`may_join_isr` and were
+        caught up within ``lag_ms`` (an idle session does not name the partition again, so
+        the ISR pass asks here; a session that stopped sending requests, its follower hung
+        with the stream open, is no word that it is caught up: :meth:`out_of_sync`'s rule)."""
+        leo = self.log_end_offset
         return [
-            r for r, f in self.followers.items() if f.clock is not None and self.may_join_isr(r)
+            r
+            for r, f in self.followers.items()
+            if f.clock is not None
+            and now_ms - f.caught_up_ms(leo) <= lag_ms
+            and self.may_join_isr(r)
         ]
 
     def _keep_followers_caught_up(self) -> None:

@@ -379,10 +379,16 @@ class ReplicaManager:
             # leader-epoch checkpoint's fsyncs of a new leadership, opening a log) overlaps
             # in the worker threads instead of costing one partition after another.
             await asyncio.gather(*(apply(indexes) for indexes in by_key.values()))
-            try:  # the new partitions' files, written without an fsync each
-                await asyncio.to_thread(self.log_manager.sync_created)
-            except OSError as exc:
-                log.error("LeaderAndIsr: cannot write back the new partitions: %s", exc)
+            # The new partitions' files, written without an fsync each: one write-back per
+            # log directory. One that fails fails its new partitions as their fsyncs did
+            # (offline, KAFKA_STORAGE_ERROR; the resend writes them back again).
+            unsynced = await asyncio.to_thread(self.log_manager.sync_created)
+            for key, os_error in unsynced.items():
+                lost = KafkaStorageError(f"cannot write back {key[0]}-{key[1]}: {os_error}")
+                self._storage_failed(key, lost)
+                for i in by_key.get(key, ()):
+                    if failures[i] is None:
+                        failures[i] = lost
             states = [x for x in applied if x is not None]
             if states:
                 # One line for the request: a failover's thousand partition states written

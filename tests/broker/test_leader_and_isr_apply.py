@@ -180,3 +180,45 @@ def test_a_hosted_partition_whose_leadership_cannot_be_written_goes_offline(
     assert rm.leader_partition("t", 0) is p and p.is_leader and p.leader_epoch == 1
     entries = read_entries(p.log.dir)
     assert entries is not None and [e.epoch for e in entries] == [0, 1]
+
+
+def test_new_partitions_whose_write_back_fails_are_answered_with_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new partition's files are written back by one syncfs after the request
+    (``LogManager.sync_created``). When that fails (EIO), the new partitions of that log
+    directory must not be answered NONE and go on leading on files that may not survive a
+    power loss (an error of the fsyncs it replaced failed the partition): KAFKA_STORAGE_ERROR
+    and offline; the controller's resend writes them back again and brings them up."""
+    from services.broker.storage import fileio
+
+    rm = _manager(tmp_path)
+    assert asyncio.run(rm.leader_and_isr(request(assignment("t", 0, 0)))).partitions[
+        0
+    ].error_code == (ErrorCode.NONE)
+    calls: list[Path] = []
+
+    def failing(path: Path) -> None:
+        calls.append(path)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(fileio, "sync_filesystem", failing)
+    req = request(assignment("t", 0, 0), assignment("t", 1, 0))
+    resp = asyncio.run(rm.leader_and_isr(req))
+    assert calls == [tmp_path]
+    # the hosted partition was not created by this request: applied; the new one failed
+    assert [(r.partition, r.error_code) for r in resp.partitions] == [
+        (0, ErrorCode.NONE),
+        (1, ErrorCode.KAFKA_STORAGE_ERROR),
+    ]
+    p = rm.partitions[("t", 1)]
+    assert not p.is_leader
+    with pytest.raises(KafkaStorageError):
+        rm.leader_partition("t", 1)
+
+    synced: list[Path] = []
+    monkeypatch.setattr(fileio, "sync_filesystem", synced.append)
+    resp = asyncio.run(rm.leader_and_isr(req))
+    assert [r.error_code for r in resp.partitions] == [ErrorCode.NONE, ErrorCode.NONE]
+    assert synced == [tmp_path]  # written back by the resend
+    assert rm.leader_partition("t", 1) is p and p.is_leader

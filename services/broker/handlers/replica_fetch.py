@@ -256,7 +256,9 @@ class FetchSession:
     with records last time (re-sent if the follower did not move on); the response carries
     only those with records, an error, or a HW or log start other than last sent. An idle
     round therefore costs nothing per partition; the ISR's view of an idle follower comes
-    from the session's ``SessionClock`` (``Partition.out_of_sync``).
+    from the session's ``SessionClock`` (``Partition.out_of_sync``). A partition answered
+    with an error leaves the session (nor listener nor entry kept): the session holds at
+    most the partitions led here that list the requester among their replicas.
     """
 
     def __init__(self, rm: ReplicaManager) -> None:
@@ -389,7 +391,13 @@ class FetchSession:
         )
         for k, data in zip(keys, results, strict=True):
             e = self.entries.get(k)
-            if e is not None:
+            if data.error_code != ErrorCode.NONE:
+                # answered with its error once: it leaves the session (as it leaves the
+                # follower's view of it); the follower names it afresh once ready. So the
+                # session holds only partitions the requester may fetch here, whatever it
+                # names.
+                self._forget(k)
+            elif e is not None:
                 e.hw_sent = data.high_watermark
                 e.log_start_sent = data.log_start_offset
                 if data.records:

@@ -10,7 +10,8 @@ Rules (Kafka's, with Headwater's etcd controller):
   in the replica set has caught up to the high watermark (``Partition.record_follower_fetch``);
   the same pass proposes it for a follower of an incremental fetch session that has caught up
   (``Partition.rejoining_followers``: an idle session does not name the partition again, so a
-  proposal the controller refused would otherwise not be made again);
+  proposal the controller refused would otherwise not be made again), if the session's
+  requests show it caught up within ``replica.lag.time.max.ms`` (not a hung follower's);
 * a proposal is an AlterPartition to the active controller carrying the leader epoch and the
   partition epoch the leader saw; the controller applies it with a compare-and-swap in etcd.
   The ISR changes here **only** when the controller answers with the new state (new partition
@@ -125,7 +126,7 @@ class IsrManager:
             if out and p.pending_isr is None:
                 n += self.propose(p, [r for r in p.isr if r not in out])
             elif len(p.isr) < len(p.replicas):
-                for r in p.rejoining_followers()[:1]:
+                for r in p.rejoining_followers(t, self.lag_ms)[:1]:
                     n += self.expand(p, r)
         return n
 

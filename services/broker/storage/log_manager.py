@@ -82,8 +82,8 @@ class LogManager:
         self._lock_fds: list[int] = []
         #: partitions whose new log another thread is creating (outside the lock)
         self._creating: dict[tuple[str, int], threading.Event] = {}
-        #: log directories holding new partitions not yet written back (``sync_created``)
-        self._unsynced: set[Path] = set()
+        #: new partitions not yet written back (``sync_created``), by log directory
+        self._unsynced: dict[Path, set[tuple[str, int]]] = {}
         try:
             for d in self.log_dirs:
                 d.mkdir(parents=True, exist_ok=True)
@@ -157,7 +157,7 @@ class LogManager:
         # at once.
         try:
             with self._lock:
-                self._unsynced.add(home)
+                self._unsynced.setdefault(home, set()).add(tp)
             if topic_id:
                 (home / name).mkdir(exist_ok=True)
                 partition_metadata.write_topic_id(home / name, topic_id, sync=False)
@@ -175,13 +175,22 @@ class LogManager:
             self._creating.pop(tp).set()
             return self._finish(tp, log, topic_id)
 
-    def sync_created(self) -> None:
+    def sync_created(self) -> dict[tuple[str, int], OSError]:
         """Write back the new partitions' directories and files (``fileio.sync_filesystem``:
-        one call per log directory, not five fsyncs per partition). Raises OSError."""
+        one call per log directory, not five fsyncs per partition). Returns the new
+        partitions of the directories that could not be written back, with the error; they
+        stay pending, so the next call tries again."""
         with self._lock:
-            dirs, self._unsynced = self._unsynced, set()
+            dirs, self._unsynced = self._unsynced, {}
+        failed: dict[tuple[str, int], OSError] = {}
         for d in sorted(dirs):
-            fileio.sync_filesystem(d)
+            try:
+                fileio.sync_filesystem(d)
+            except OSError as exc:
+                failed.update(dict.fromkeys(dirs[d], exc))
+                with self._lock:
+                    self._unsynced.setdefault(d, set()).update(dirs[d])
+        return failed
 
     def _finish(self, tp: tuple[str, int], log: Log, topic_id: str) -> Log:
         """Store a missing topic id and mark ``tp`` configured (caller holds the lock)."""
@@ -291,7 +300,9 @@ class LogManager:
         with self._lock:
             logs = list(self._logs.values())
         try:
-            self.sync_created()
+            failed = self.sync_created()
+            if failed:  # not marked clean: the next start validates them
+                raise next(iter(failed.values()))
             for log in logs:
                 log.close()
         finally:
