@@ -3,7 +3,11 @@
 Every service (broker, controller, coordinator) is started through :func:`start_server`, so
 each one has, without code of its own:
 
-* ``grpc.health.v1.Health`` (overall status "" and one per service name),
+* ``grpc.health.v1.Health``: the overall status "" and one per service name (readiness:
+  SERVING once the process can take requests; NOT_SERVING while it stops, and for a broker
+  until it has the cluster's metadata), and :data:`LIVENESS` (SERVING from the start: the
+  process is up; the chart's startup and liveness probes ask it, so a broker waiting for a
+  controller is not restarted),
 * server reflection, ``grpc.reflection.v1`` and ``v1alpha`` (``grpcurl -plaintext HOST:PORT
   list`` works; :mod:`headwater.platform.reflection`),
 * a Prometheus endpoint (``/metrics``) with request counts, errors and latency per RPC
@@ -41,6 +45,10 @@ from headwater.platform.auth.interceptor import AuthInterceptor, ServerAuth
 from headwater.platform.security_flags import ServerSecurity
 
 log = logging.getLogger(__name__)
+
+#: the health service name that reports SERVING as soon as the server runs (liveness), whatever
+#: the overall status "" (readiness) says
+LIVENESS = "liveness"
 
 
 def server_options(
@@ -137,6 +145,7 @@ async def start_server(
     ``limits``: the request limits of every method (:mod:`headwater.platform.limits`).
     ``serving``: health reports SERVING once started; False leaves it NOT_SERVING until the
     caller's :meth:`RunningServer.set_serving` (a broker: once it has the cluster's metadata).
+    :data:`LIVENESS` reports SERVING once started either way.
     """
     interceptors: list[grpc.aio.ServerInterceptor] = [
         request_limits.LimitInterceptor(service, limits),  # first: it decodes every request
@@ -167,6 +176,7 @@ async def start_server(
     await server.start()
     mport = -1 if metrics_port is None else metrics.start_http(host, metrics_port)
     running = RunningServer(server, bound, health_servicer, mport, names, auth)
+    await health_servicer.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     await running.set_serving(serving)
     mode = "plaintext"
     if credentials is not None and security is not None:

@@ -106,6 +106,12 @@ def test_default_objects(k8s_tools: Path) -> None:
     assert '--broker-id "${POD_NAME##*-}"' in c["command"][2]
     assert c["startupProbe"]["grpc"]["port"] == 9092
     assert c["readinessProbe"]["grpc"]["port"] == 9092
+    # readiness is the overall health (a broker: only once it has the cluster's metadata);
+    # startup and liveness ask "liveness" (the process is up: a broker waiting for its first
+    # UpdateMetadata is not restarted)
+    assert c["readinessProbe"]["grpc"].get("service", "") == ""
+    assert c["startupProbe"]["grpc"]["service"] == "liveness"
+    assert c["livenessProbe"]["grpc"]["service"] == "liveness"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert broker["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     assert c["resources"]["requests"]["memory"]

@@ -94,8 +94,11 @@ class Pod:
     def serving(self, credentials: grpc.ChannelCredentials | None = None) -> bool:
         return self.health(credentials) == health_pb2.HealthCheckResponse.SERVING
 
-    def health(self, credentials: grpc.ChannelCredentials | None = None) -> int | None:
-        """The pod's health status, or None when it does not answer (not up, TLS refused)."""
+    def health(
+        self, credentials: grpc.ChannelCredentials | None = None, service: str = ""
+    ) -> int | None:
+        """The pod's health status of ``service`` ("" overall), or None when it does not
+        answer (not up, TLS refused, unknown service)."""
         target = f"127.0.0.1:{self.port}"
         channel = (
             grpc.secure_channel(target, credentials)
@@ -104,7 +107,7 @@ class Pod:
         )
         try:
             stub = health_pb2_grpc.HealthStub(channel)
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
             return int(reply.status)
         except grpc.RpcError:
             return None
@@ -157,7 +160,25 @@ def test_rendered_commands_start_the_services(
         deps["hw-headwater-coordinator"], "coordinator", "hw-headwater-coordinator-77c-abcde",
         tmp_path, etcd, paths,
     )  # fmt: skip
-    for pod in (broker, controller, coordinator):
+    broker.start()
+    pods.append(broker)
+    # no controller yet: the broker's startup and liveness probes pass (the process is up), its
+    # readiness probe does not (it has no cluster metadata), so it is not restarted while it
+    # waits and takes no client traffic
+    probes = container(sts, "broker")
+    wait_until(
+        lambda: broker.health(service=probes["startupProbe"]["grpc"]["service"])
+        == health_pb2.HealthCheckResponse.SERVING,
+        timeout=60,
+        what="the broker's startup probe",
+        watch=[broker.child],
+    )
+    assert broker.health(service=probes["livenessProbe"]["grpc"]["service"]) == (
+        health_pb2.HealthCheckResponse.SERVING
+    )
+    readiness = probes["readinessProbe"]["grpc"].get("service", "")
+    assert broker.health(service=readiness) == health_pb2.HealthCheckResponse.NOT_SERVING
+    for pod in (controller, coordinator):
         pod.start()
         pods.append(pod)
     for pod in (broker, controller, coordinator):
@@ -208,6 +229,8 @@ def test_rendered_tls_broker_serves_tls(
         what="TLS broker answering health",
         watch=[broker.child],
     )
+    # the process is up (what the liveness name says) whatever its readiness
+    assert broker.health(creds, service="liveness") == health_pb2.HealthCheckResponse.SERVING
     assert broker.health() is None  # plaintext refused
     assert "--authorizer" in broker.argv
 

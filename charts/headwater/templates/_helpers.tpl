@@ -116,7 +116,11 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end -}}
 
-{{/* gRPC health probes; Kubernetes' grpc probe speaks plaintext only, so TLS uses tcpSocket */}}
+{{/* gRPC health probes; Kubernetes' grpc probe speaks plaintext only, so TLS uses tcpSocket.
+Startup and liveness ask the health service "liveness" (SERVING while the process runs);
+readiness asks the overall status "" (a broker: SERVING only once it has the cluster's metadata
+from the controller), so a broker waiting for a controller is kept out of the Services and a
+rolling update waits for it, but it is not restarted. */}}
 {{- define "headwater.probes" -}}
 {{- $ := index . 0 -}}
 {{- $port := index . 1 -}}
@@ -134,14 +138,14 @@ livenessProbe:
   failureThreshold: 6
 {{- else }}
 startupProbe:
-  grpc: {port: {{ $port }}}
+  grpc: {port: {{ $port }}, service: liveness}
   periodSeconds: 2
   failureThreshold: 90
 readinessProbe:
   grpc: {port: {{ $port }}}
   periodSeconds: 5
 livenessProbe:
-  grpc: {port: {{ $port }}}
+  grpc: {port: {{ $port }}, service: liveness}
   periodSeconds: 10
   failureThreshold: 6
 {{- end }}
