@@ -17,6 +17,8 @@ import json
 import os
 import re
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,19 @@ class Pod:
 
     def start(self) -> None:
         self.child.start()
+
+    def http_status(self, probe: dict[str, Any]) -> int | None:
+        """The HTTP status a rendered httpGet probe on the metrics port gets (None: no
+        answer)."""
+        assert probe["httpGet"]["port"] == "metrics", probe
+        url = f"http://127.0.0.1:{self.metrics_port}{probe['httpGet']['path']}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
 
     def serving(self, credentials: grpc.ChannelCredentials | None = None) -> bool:
         return self.health(credentials) == health_pb2.HealthCheckResponse.SERVING
@@ -194,8 +209,15 @@ def test_rendered_commands_start_the_services(
     assert reg["static_configs"]["min.insync.replicas"] == "2"
     assert reg["static_configs"]["log.dirs"] == f"{tmp_path}/data-0,{tmp_path}/data-1"
 
-    coordinators = registrations(etcd, "/headwater/coordinators/ids/")
-    (creg,) = coordinators.values()
+    # a coordinator registers just after its server starts (services/coordinator/app.py)
+    wait_until(
+        lambda: bool(registrations(etcd, "/headwater/coordinators/ids/")),
+        timeout=60,
+        what="the coordinator registered",
+        interval=0.5,
+        watch=[coordinator.child],
+    )
+    (creg,) = registrations(etcd, "/headwater/coordinators/ids/").values()
     assert (creg["host"], creg["port"]) == (POD_IP, coordinator.port)
     assert 0 <= int(creg["coordinator_id"]) < 2**31
 
@@ -229,8 +251,11 @@ def test_rendered_tls_broker_serves_tls(
         what="TLS broker answering health",
         watch=[broker.child],
     )
-    # the process is up (what the liveness name says) whatever its readiness
+    # the process is up (what the liveness name says) whatever its readiness; the readiness
+    # probe (plain HTTP on the metrics port: the kubelet's grpc probe cannot do TLS) says not
+    # ready, as the gRPC health does
     assert broker.health(creds, service="liveness") == health_pb2.HealthCheckResponse.SERVING
+    assert broker.http_status(container(sts, "broker")["readinessProbe"]) == 503
     assert broker.health() is None  # plaintext refused
     assert "--authorizer" in broker.argv
 
