@@ -2,7 +2,8 @@
 
 Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` histograms,
 base units). Each service process has one default registry, exposed over HTTP by
-:func:`start_http`.
+:func:`start_http`, which also answers :data:`READY_PATH` with the process's readiness (200 or
+503: the gRPC health's overall status, for a probe that cannot speak the gRPC port's TLS).
 
 The interceptor wraps every handler (unary, server-, client- and bidirectional-streaming):
 
@@ -16,9 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import grpc
 import prometheus_client as prom
@@ -39,10 +43,36 @@ LATENCY = prom.Histogram(
 )
 
 
-def start_http(host: str, port: int) -> int:
-    """Serve /metrics on ``host:port`` (0 = any free port); returns the bound port."""
-    server, _thread = prom.start_http_server(port, addr=host)
-    return int(server.server_port)
+#: the plain-HTTP readiness path of the metrics port (200 ready, 503 not)
+READY_PATH = "/ready"
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes and probes are not logged."""
+
+
+def start_http(host: str, port: int, ready: Callable[[], bool] = lambda: True) -> int:
+    """Serve the metrics on ``host:port`` (0 = any free port) from a daemon thread, and
+    :data:`READY_PATH`: 200 while ``ready()`` (called on that thread: it must only read a
+    flag), else 503. Returns the bound port."""
+    metrics_app = prom.make_wsgi_app()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != READY_PATH:
+            return list(metrics_app(environ, start_response))
+        ok = ready()
+        start_response(
+            "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
+        )
+        return [b"ready\n" if ok else b"not ready\n"]
+
+    class Server(prom.exposition.ThreadingWSGIServer):
+        address_family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)[0][0]
+
+    httpd = make_server(host, port, app, Server, handler_class=_QuietHandler)
+    threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
+    return int(httpd.server_port)
 
 
 async def abort_for(context: grpc.aio.ServicerContext, exc: BaseException) -> None:

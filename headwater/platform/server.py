@@ -3,7 +3,12 @@
 Every service (broker, controller, coordinator) is started through :func:`start_server`, so
 each one has, without code of its own:
 
-* ``grpc.health.v1.Health`` (overall status "" and one per service name),
+* ``grpc.health.v1.Health``: the overall status "" and one per service name (readiness:
+  SERVING once the process can take requests; NOT_SERVING while it stops, and for a broker
+  until it has the cluster's metadata), and :data:`LIVENESS` (SERVING from the start: the
+  process is up; the chart's startup and liveness probes ask it, so a broker waiting for a
+  controller is not restarted); the metrics port's ``/ready`` answers the overall status over
+  plain HTTP (200/503) for probes that cannot speak the port's TLS,
 * server reflection, ``grpc.reflection.v1`` and ``v1alpha`` (``grpcurl -plaintext HOST:PORT
   list`` works; :mod:`headwater.platform.reflection`),
 * a Prometheus endpoint (``/metrics``) with request counts, errors and latency per RPC
@@ -42,6 +47,10 @@ from headwater.platform.security_flags import ServerSecurity
 
 log = logging.getLogger(__name__)
 
+#: the health service name that reports SERVING as soon as the server runs (liveness), whatever
+#: the overall status "" (readiness) says
+LIVENESS = "liveness"
+
 
 def server_options(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_receive_bytes: int | None = None
@@ -74,6 +83,8 @@ class RunningServer:
     metrics_port: int
     service_names: Sequence[str]
     auth: ServerAuth | None = None
+    #: the overall health status is SERVING (what the metrics port's /ready answers)
+    ready: bool = False
 
     async def set_serving(self, serving: bool) -> None:
         status = (
@@ -83,6 +94,7 @@ class RunningServer:
         )
         for name in ("", *self.service_names):
             await self.health.set(name, status)  # the aio servicer's set is a coroutine
+        self.ready = serving
 
     async def stop(self, grace: float = 2.0) -> None:
         await self.set_serving(False)
@@ -137,6 +149,7 @@ async def start_server(
     ``limits``: the request limits of every method (:mod:`headwater.platform.limits`).
     ``serving``: health reports SERVING once started; False leaves it NOT_SERVING until the
     caller's :meth:`RunningServer.set_serving` (a broker: once it has the cluster's metadata).
+    :data:`LIVENESS` reports SERVING once started either way.
     """
     interceptors: list[grpc.aio.ServerInterceptor] = [
         request_limits.LimitInterceptor(service, limits),  # first: it decodes every request
@@ -165,9 +178,12 @@ async def start_server(
     if bound == 0:
         raise OSError(f"cannot bind {host}:{port}")
     await server.start()
-    mport = -1 if metrics_port is None else metrics.start_http(host, metrics_port)
-    running = RunningServer(server, bound, health_servicer, mport, names, auth)
+    running = RunningServer(server, bound, health_servicer, -1, names, auth)
+    if metrics_port is not None:
+        running.metrics_port = metrics.start_http(host, metrics_port, lambda: running.ready)
+    await health_servicer.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     await running.set_serving(serving)
+    mport = running.metrics_port
     mode = "plaintext"
     if credentials is not None and security is not None:
         mode = f"TLS, client auth {security.client_auth}"

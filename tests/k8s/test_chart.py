@@ -106,6 +106,12 @@ def test_default_objects(k8s_tools: Path) -> None:
     assert '--broker-id "${POD_NAME##*-}"' in c["command"][2]
     assert c["startupProbe"]["grpc"]["port"] == 9092
     assert c["readinessProbe"]["grpc"]["port"] == 9092
+    # readiness is the overall health (a broker: only once it has the cluster's metadata);
+    # startup and liveness ask "liveness" (the process is up: a broker waiting for its first
+    # UpdateMetadata is not restarted)
+    assert c["readinessProbe"]["grpc"].get("service", "") == ""
+    assert c["startupProbe"]["grpc"]["service"] == "liveness"
+    assert c["livenessProbe"]["grpc"]["service"] == "liveness"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert broker["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     assert c["resources"]["requests"]["memory"]
@@ -158,7 +164,10 @@ def test_tls_objects(k8s_tools: Path) -> None:
         assert "--tls-ca=/etc/headwater/tls/ca.crt" in c["args"]
         assert "--tls-client-auth=required" in c["args"]
         assert "--authorizer" in c["args"]
-        assert "tcpSocket" in c["readinessProbe"]  # grpc probes cannot speak TLS
+        # grpc probes cannot speak TLS: the process is up when its port is; readiness is the
+        # gRPC health's overall status over the plain-HTTP metrics port
+        assert "tcpSocket" in c["startupProbe"] and "tcpSocket" in c["livenessProbe"]
+        assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}
         vols = {v["name"]: v for v in obj["spec"]["template"]["spec"]["volumes"]}
         assert vols["tls"]["secret"]["secretName"] == "headwater-tls"
     operator = by_kind(docs, "Deployment")["hw-headwater-operator"]

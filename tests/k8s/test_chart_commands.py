@@ -17,6 +17,8 @@ import json
 import os
 import re
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,11 +93,27 @@ class Pod:
     def start(self) -> None:
         self.child.start()
 
+    def http_status(self, probe: dict[str, Any]) -> int | None:
+        """The HTTP status a rendered httpGet probe on the metrics port gets (None: no
+        answer)."""
+        assert probe["httpGet"]["port"] == "metrics", probe
+        url = f"http://127.0.0.1:{self.metrics_port}{probe['httpGet']['path']}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
+
     def serving(self, credentials: grpc.ChannelCredentials | None = None) -> bool:
         return self.health(credentials) == health_pb2.HealthCheckResponse.SERVING
 
-    def health(self, credentials: grpc.ChannelCredentials | None = None) -> int | None:
-        """The pod's health status, or None when it does not answer (not up, TLS refused)."""
+    def health(
+        self, credentials: grpc.ChannelCredentials | None = None, service: str = ""
+    ) -> int | None:
+        """The pod's health status of ``service`` ("" overall), or None when it does not
+        answer (not up, TLS refused, unknown service)."""
         target = f"127.0.0.1:{self.port}"
         channel = (
             grpc.secure_channel(target, credentials)
@@ -104,7 +122,7 @@ class Pod:
         )
         try:
             stub = health_pb2_grpc.HealthStub(channel)
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
             return int(reply.status)
         except grpc.RpcError:
             return None
@@ -157,7 +175,25 @@ def test_rendered_commands_start_the_services(
         deps["hw-headwater-coordinator"], "coordinator", "hw-headwater-coordinator-77c-abcde",
         tmp_path, etcd, paths,
     )  # fmt: skip
-    for pod in (broker, controller, coordinator):
+    broker.start()
+    pods.append(broker)
+    # no controller yet: the broker's startup and liveness probes pass (the process is up), its
+    # readiness probe does not (it has no cluster metadata), so it is not restarted while it
+    # waits and takes no client traffic
+    probes = container(sts, "broker")
+    wait_until(
+        lambda: broker.health(service=probes["startupProbe"]["grpc"]["service"])
+        == health_pb2.HealthCheckResponse.SERVING,
+        timeout=60,
+        what="the broker's startup probe",
+        watch=[broker.child],
+    )
+    assert broker.health(service=probes["livenessProbe"]["grpc"]["service"]) == (
+        health_pb2.HealthCheckResponse.SERVING
+    )
+    readiness = probes["readinessProbe"]["grpc"].get("service", "")
+    assert broker.health(service=readiness) == health_pb2.HealthCheckResponse.NOT_SERVING
+    for pod in (controller, coordinator):
         pod.start()
         pods.append(pod)
     for pod in (broker, controller, coordinator):
@@ -173,8 +209,15 @@ def test_rendered_commands_start_the_services(
     assert reg["static_configs"]["min.insync.replicas"] == "2"
     assert reg["static_configs"]["log.dirs"] == f"{tmp_path}/data-0,{tmp_path}/data-1"
 
-    coordinators = registrations(etcd, "/headwater/coordinators/ids/")
-    (creg,) = coordinators.values()
+    # a coordinator registers just after its server starts (services/coordinator/app.py)
+    wait_until(
+        lambda: bool(registrations(etcd, "/headwater/coordinators/ids/")),
+        timeout=60,
+        what="the coordinator registered",
+        interval=0.5,
+        watch=[coordinator.child],
+    )
+    (creg,) = registrations(etcd, "/headwater/coordinators/ids/").values()
     assert (creg["host"], creg["port"]) == (POD_IP, coordinator.port)
     assert 0 <= int(creg["coordinator_id"]) < 2**31
 
@@ -208,6 +251,11 @@ def test_rendered_tls_broker_serves_tls(
         what="TLS broker answering health",
         watch=[broker.child],
     )
+    # the process is up (what the liveness name says) whatever its readiness; the readiness
+    # probe (plain HTTP on the metrics port: the kubelet's grpc probe cannot do TLS) says not
+    # ready, as the gRPC health does
+    assert broker.health(creds, service="liveness") == health_pb2.HealthCheckResponse.SERVING
+    assert broker.http_status(container(sts, "broker")["readinessProbe"]) == 503
     assert broker.health() is None  # plaintext refused
     assert "--authorizer" in broker.argv
 

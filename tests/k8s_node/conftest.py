@@ -11,15 +11,18 @@ on 2 cores, about a second warm.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.k8s_node.diagnostics import collect
 from tests.k8s_node.in_cluster import cluster  # noqa: F401 (the release `hw`, module-scoped)
 from tests.k8s_node.node import Node
 
 _build_error: list[BaseException] = []
+#: the session's node while the fixture ``k8s_node`` holds it (for the report hook)
+_live: list[Node] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -41,7 +44,27 @@ def k8s_node() -> Iterator[Node]:
         node.up()
     try:
         node.check_clients_inside()
+        _live.append(node)
         yield node
     finally:
+        _live.clear()
         if started:
             node.down()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when not in ("setup", "call") or not report.failed or not _live:
+        return
+    if "k8s_node" not in getattr(item, "fixturenames", ()):
+        return
+    ns = getattr(getattr(item, "module", None), "NS", None)
+    try:
+        text = collect(_live[0], [ns] if isinstance(ns, str) else None)
+    except Exception as exc:  # the report must not be lost to its diagnostics
+        text = f"collecting the node diagnostics failed: {type(exc).__name__}: {exc}"
+    report.sections.append(("node diagnostics", text))

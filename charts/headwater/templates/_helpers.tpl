@@ -116,7 +116,12 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end -}}
 
-{{/* gRPC health probes; Kubernetes' grpc probe speaks plaintext only, so TLS uses tcpSocket */}}
+{{/* Probes. Startup and liveness: the process is up (the gRPC health name "liveness"); readiness:
+the overall gRPC health "" (a broker: SERVING only once it has the cluster's metadata from the
+controller), so a broker waiting for a controller is kept out of the Services and a rolling
+update waits for it, but it is not restarted. Kubernetes' grpc probe speaks plaintext only, so
+with TLS startup and liveness use tcpSocket and readiness the same status over the plain-HTTP
+metrics port (/ready: 200 or 503). */}}
 {{- define "headwater.probes" -}}
 {{- $ := index . 0 -}}
 {{- $port := index . 1 -}}
@@ -126,7 +131,7 @@ startupProbe:
   periodSeconds: 2
   failureThreshold: 90
 readinessProbe:
-  tcpSocket: {port: grpc}
+  httpGet: {path: /ready, port: metrics}
   periodSeconds: 5
 livenessProbe:
   tcpSocket: {port: grpc}
@@ -134,14 +139,14 @@ livenessProbe:
   failureThreshold: 6
 {{- else }}
 startupProbe:
-  grpc: {port: {{ $port }}}
+  grpc: {port: {{ $port }}, service: liveness}
   periodSeconds: 2
   failureThreshold: 90
 readinessProbe:
   grpc: {port: {{ $port }}}
   periodSeconds: 5
 livenessProbe:
-  grpc: {port: {{ $port }}}
+  grpc: {port: {{ $port }}, service: liveness}
   periodSeconds: 10
   failureThreshold: 6
 {{- end }}
