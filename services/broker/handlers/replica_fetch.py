@@ -74,6 +74,31 @@ def _session_error(rm: ReplicaManager, req: broker_pb2.ReplicaFetchRequest) -> i
     return ErrorCode.NONE
 
 
+def _record_fetch(
+    rm: ReplicaManager,
+    p: Partition,
+    replica_id: int,
+    fetch_offset: int,
+    now: float,
+    clock: SessionClock | None = None,
+) -> None:
+    """Record follower ``replica_id``'s fetch of ``p`` at ``fetch_offset`` (its progress, the
+    HW; the ISR grows when it caught up); ``clock``: its incremental session's, if any.
+    Raises NotLeaderOrFollowerError (not a replica) or OffsetOutOfRangeError, recording
+    nothing."""
+    if replica_id not in p.replicas:
+        raise NotLeaderOrFollowerError(
+            f"broker {replica_id} is not a replica of {p.topic}-{p.partition}"
+        )
+    if not p.log_start_offset <= fetch_offset <= p.log_end_offset:
+        raise OffsetOutOfRangeError(
+            f"offset {fetch_offset} is outside [{p.log_start_offset}, {p.log_end_offset}] of "
+            f"{p.topic}-{p.partition}"
+        )
+    if p.record_follower_fetch(replica_id, fetch_offset, now, clock):
+        rm.isr.expand(p, replica_id)
+
+
 async def answer(
     rm: ReplicaManager, req: broker_pb2.ReplicaFetchRequest
 ) -> broker_pb2.ReplicaFetchResponse:
@@ -92,17 +117,7 @@ async def answer(
         try:
             p = leader_for(rm, fp.topic, fp.partition, fp.current_leader_epoch)
             led[i] = p
-            if req.replica_id not in p.replicas:
-                raise NotLeaderOrFollowerError(
-                    f"broker {req.replica_id} is not a replica of {fp.topic}-{fp.partition}"
-                )
-            if not p.log_start_offset <= fp.fetch_offset <= p.log_end_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {fp.fetch_offset} is outside [{p.log_start_offset}, "
-                    f"{p.log_end_offset}] of {fp.topic}-{fp.partition}"
-                )
-            if p.record_follower_fetch(req.replica_id, fp.fetch_offset, now):
-                rm.isr.expand(p, req.replica_id)
+            _record_fetch(rm, p, req.replica_id, fp.fetch_offset, now)
         except HeadwaterError as exc:
             errors[i] = exc
     # long poll until some partition has records for the follower (or the deadline)
@@ -307,17 +322,7 @@ class FetchSession:
                     p.add_listener(self._changed)
                     e.watched = p
                 led[key] = p
-                if self.replica_id not in p.replicas:
-                    raise NotLeaderOrFollowerError(
-                        f"broker {self.replica_id} is not a replica of {e.topic}-{e.partition}"
-                    )
-                if not p.log_start_offset <= e.fetch_offset <= p.log_end_offset:
-                    raise OffsetOutOfRangeError(
-                        f"offset {e.fetch_offset} is outside [{p.log_start_offset}, "
-                        f"{p.log_end_offset}] of {e.topic}-{e.partition}"
-                    )
-                if p.record_follower_fetch(self.replica_id, e.fetch_offset, now, self.clock):
-                    self.rm.isr.expand(p, self.replica_id)
+                _record_fetch(self.rm, p, self.replica_id, e.fetch_offset, now, self.clock)
             except HeadwaterError as exc:
                 errors[key] = exc
 
