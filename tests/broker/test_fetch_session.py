@@ -22,6 +22,7 @@ from services.broker.replication.fetcher import FetchState, LeaderFetcher
 from services.broker.replication.isr import now_ms
 from services.broker.storage.log_manager import LogManager
 from tests.broker.lai_helpers import BROKER_EPOCH, ME, request
+from tests.helpers.wait import async_wait_for
 
 pytestmark = pytest.mark.fast
 
@@ -97,7 +98,11 @@ def test_the_leader_answers_only_named_or_changed_partitions(tmp_path: Path) -> 
 
             # an append to one partition wakes a parked session, which answers it alone
             parked = asyncio.create_task(session.answer(fetch({}, max_wait_ms=30_000)))
-            await asyncio.sleep(0)
+
+            async def waiting() -> bool:
+                return session._waiter is not None
+
+            await async_wait_for(waiting, timeout=10, what="the session parked")
             await append(parts[7], b"a", b"b")
             woke = await asyncio.wait_for(parked, 10)
             assert [(d.partition, bool(d.records)) for d in woke.partitions] == [(7, True)]
