@@ -70,6 +70,38 @@ def test_a_checkpoint_before_the_first_leader_and_isr_keeps_the_logs_on_disk(
     asyncio.run(scenario())
 
 
+def _stop(topic: str, partition: int, *, delete: bool) -> broker_pb2.StopReplicaRequest:
+    return broker_pb2.StopReplicaRequest(
+        controller_epoch=1,
+        broker_epoch=BROKER_EPOCH,
+        partitions=[
+            broker_pb2.StopReplicaPartition(topic=topic, partition=partition, delete=delete)
+        ],
+    )
+
+
+def test_a_stopped_replica_whose_log_stays_keeps_its_high_watermark(tmp_path: Path) -> None:
+    """StopReplica without delete closes the log but leaves it on disk: its high watermark
+    stays in the checkpoint for the next start."""
+
+    async def scenario() -> None:
+        first = _broker(tmp_path)
+        await first.leader_and_isr(request(assignment("t", 0, 0), assignment("t", 1, 0)))
+        await _produce(first, ("t", 0), 4)
+        resp = await first.stop_replica(_stop("t", 0, delete=False))
+        assert [p.error_code for p in resp.partitions] == [0]
+        await first.checkpoint_high_watermarks()
+        assert hw_checkpoint.read_high_watermarks(tmp_path) == {("t", 0): 4, ("t", 1): 0}
+        await first.shutdown()
+
+        second = _broker(tmp_path)
+        await second.leader_and_isr(request(assignment("t", 0, 1)))
+        assert second.partitions[("t", 0)].high_watermark == 4
+        await second.shutdown()
+
+    asyncio.run(scenario())
+
+
 def test_a_deleted_log_that_was_never_opened_leaves_the_checkpoint(tmp_path: Path) -> None:
     """A StopReplica(delete) for a partition not opened since the restart removes its entry
     (its log is gone; a later partition of that name starts from its own empty log)."""
@@ -82,13 +114,7 @@ def test_a_deleted_log_that_was_never_opened_leaves_the_checkpoint(tmp_path: Pat
         await first.shutdown()
 
         second = _broker(tmp_path)
-        resp = await second.stop_replica(
-            broker_pb2.StopReplicaRequest(
-                controller_epoch=1,
-                broker_epoch=BROKER_EPOCH,
-                partitions=[broker_pb2.StopReplicaPartition(topic="t", partition=1, delete=True)],
-            )
-        )
+        resp = await second.stop_replica(_stop("t", 1, delete=True))
         assert [p.error_code for p in resp.partitions] == [0]
         await second.checkpoint_high_watermarks()
         assert hw_checkpoint.read_high_watermarks(tmp_path) == {("t", 0): 3}
