@@ -256,6 +256,15 @@ class ElectionNotNeededError(HeadwaterError):
     grpc_status = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class IneligibleReplicaError(HeadwaterError):
+    """An ISR expansion to a replica that may not join it: its broker is not alive, is in
+    controlled shutdown, or refused to host the partition (an offline replica). Nothing
+    changed; the leader proposes again once the replica is eligible."""
+
+    code = ErrorCode.INELIGIBLE_REPLICA
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
 class NoReassignmentInProgressError(HeadwaterError):
     code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
     grpc_status = grpc.StatusCode.FAILED_PRECONDITION

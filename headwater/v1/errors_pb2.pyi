@@ -83,6 +83,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNSTABLE_OFFSET_COMMIT: _ClassVar[ErrorCode]
     THROTTLING_QUOTA_EXCEEDED: _ClassVar[ErrorCode]
     PRODUCER_FENCED: _ClassVar[ErrorCode]
+    INELIGIBLE_REPLICA: _ClassVar[ErrorCode]
 NONE: ErrorCode
 UNKNOWN_SERVER_ERROR: ErrorCode
 OFFSET_OUT_OF_RANGE: ErrorCode
@@ -160,3 +161,4 @@ NO_REASSIGNMENT_IN_PROGRESS: ErrorCode
 UNSTABLE_OFFSET_COMMIT: ErrorCode
 THROTTLING_QUOTA_EXCEEDED: ErrorCode
 PRODUCER_FENCED: ErrorCode
+INELIGIBLE_REPLICA: ErrorCode

@@ -94,9 +94,11 @@ T = TypeVar("T")
 #: Measured at 10 MB/s of 1 KiB records, linger 0 (bench/peers/headwater.py e2e, issue 10):
 #: append p50 1.3-2.3 ms -> 0.07 ms, append-to-fetch-answer p50 0.8-1.2 -> 0.2 ms, broker CPU
 #: -20%. An append goes to a worker thread after all when another thread holds the log (flush
-#: pass, cleaner, retention) or it starts a new leader epoch (a file): Log.append_if_uncontended
-#: and Log.append_as_follower_if_uncontended. With 1,000 partitions a follower's fetch round
-#: and a leader's answer to it were a thousand thread hops each, every round (issue 17 item 3).
+#: pass, cleaner, retention): Log.append_if_uncontended and
+#: Log.append_as_follower_if_uncontended; the first batch of a new leader epoch does not (its
+#: epoch entry is kept in memory, the file written behind). With 1,000 partitions a
+#: follower's fetch round and a leader's answer to it were a thousand thread hops each, every
+#: round (issue 17 item 3).
 _INLINE_APPEND_BYTES = 256 * 1024
 _INLINE_READ_RECORDS = 256
 _INLINE_READ_BYTES = 256 * 1024
@@ -278,9 +280,12 @@ class Partition:
             self.storage_error = None
             if new:
                 try:
-                    await asyncio.to_thread(self.log.assign_epoch, s.leader_epoch)
+                    # In memory (the file is written behind): on the loop unless a thread
+                    # holds the log (a flush pass, the cleaner, retention).
+                    if not self.log.assign_epoch_if_uncontended(s.leader_epoch):
+                        await asyncio.to_thread(self.log.assign_epoch, s.leader_epoch)
                 except Exception as exc:
-                    # Not leading an epoch that is not on disk: offline before the append
+                    # Not leading an epoch that could not start: offline before the append
                     # lock lets a waiting produce in (the controller moves the leadership).
                     self.go_offline(message_of(exc))
                     raise
@@ -636,7 +641,7 @@ class Partition:
         """:meth:`append_as_follower` without awaiting (a follower round's appends need no task
         each), or None (nothing done) when it would have to wait: another coroutine holds the
         partition (a role change, a truncation), or the append goes to a worker thread (over
-        the inline size, an fsync per append, a new leader epoch, the log held by a thread).
+        the inline size, an fsync per append, the log held by a thread).
         Raises what :meth:`append_as_follower` raises."""
         if self._append_lock.locked():
             return None

@@ -22,7 +22,10 @@ it by leader epoch and then fetch); leader -1 means no leader (nothing fetched).
 proposes ISR changes for led partitions to the controller. A state for the current leader epoch
 with an older partition epoch than known is ignored (an AlterPartition answer got here first).
 High watermarks are loaded from each log directory's ``replication-offset-checkpoint`` when a
-partition opens and written back by :meth:`checkpoint_high_watermarks`.
+partition opens and written back by :meth:`checkpoint_high_watermarks`, which also keeps the
+checkpointed high watermark of every log still on disk that this process has not opened (the
+passes before the first LeaderAndIsr after a restart, and a LeaderAndIsr naming only some
+partitions, must not reset the others to 0 for the next start).
 
 Topic ids (issue 15): a hosted partition knows its topic's id (stored with its log,
 ``storage/partition_metadata.py``). A LeaderAndIsr or an UpdateMetadata naming the topic with
@@ -126,7 +129,9 @@ class ReplicaManager:
         self._hw_seen: tuple[int, int] | None = None
         #: bumped when a partition is added to or removed from ``partitions``
         self._partitions_changes = 0
-        #: high watermarks read from the checkpoints at start, used when a partition opens.
+        #: checkpointed high watermarks of logs on disk not opened in this process (read at
+        #: start, or kept when a partition is stopped without deleting its log): used when
+        #: the partition opens, and written back by every checkpoint pass meanwhile.
         self._hw_at_start: dict[Key, int] = {}
         #: topic-key defaults for topics without an override (static flag < brokers/<default>
         #: < brokers/<id>), kept current by ``headwater.platform.dynamic_config``.
@@ -137,7 +142,9 @@ class ReplicaManager:
     def load_high_watermarks(self) -> None:
         """Read every log directory's HW checkpoint (blocking: call off the loop)."""
         for d in self.log_manager.log_dirs:
-            self._hw_at_start.update(hw_checkpoint.read_high_watermarks(d))
+            hws = hw_checkpoint.read_high_watermarks(d)
+            self._hw_at_start.update(hws)
+            self._hw_written[d] = hws
 
     async def remove_stray_logs(self, expected: dict[Key, str], unreadable: set[str]) -> list[Key]:
         """Delete the logs the cluster no longer assigns here under their stored topic id
@@ -148,6 +155,7 @@ class ReplicaManager:
         )
         for key in removed:
             self._hw_at_start.pop(key, None)
+            self._partitions_changes += 1
             log.warning(
                 "deleted stray log %s-%d: its topic was deleted or re-created, or the "
                 "partition moved away, while this broker was not registered",
@@ -156,14 +164,21 @@ class ReplicaManager:
         return removed
 
     async def checkpoint_high_watermarks(self) -> None:
-        """Write each log directory's ``replication-offset-checkpoint``; a directory whose
-        high watermarks are all as last written here is skipped (an idle broker does not
-        rewrite and fsync the same file every second); with no high watermark changed and no
-        partition added or removed since the last pass, not even visited."""
+        """Write each log directory's ``replication-offset-checkpoint``: the high watermark
+        of every hosted partition, and the checkpointed one of every log on disk not opened
+        in this process (so a pass before the first LeaderAndIsr rewrites what it read, never
+        an empty file). A directory whose high watermarks are all as last written or read
+        here is skipped (an idle broker does not rewrite and fsync the same file every
+        second); with no high watermark changed and no partition added or removed since the
+        last pass, not even visited."""
         seen = (hw_changes(), self._partitions_changes)
         if seen == self._hw_seen:
             return
         by_dir: dict[Any, dict[Key, int]] = {d: {} for d in self.log_manager.log_dirs}
+        for key, hw in self._hw_at_start.items():
+            home = self.log_manager.log_dir_of(*key)
+            if home is not None:  # an entry without a log on disk is dropped
+                by_dir.setdefault(home, {})[key] = hw
         for key, p in self.partitions.items():
             home = self.log_manager.log_dir_of(*key)
             if home is not None:
@@ -521,6 +536,8 @@ class ReplicaManager:
                     elif sp.delete:
                         # Not opened since start, but its data may still be on disk.
                         await asyncio.to_thread(self.log_manager.delete, sp.topic, sp.partition)
+                        self._hw_at_start.pop((sp.topic, sp.partition), None)
+                        self._partitions_changes += 1
                     code, message = ErrorCode.NONE, ""
                 except Exception as exc:
                     log.exception("StopReplica for %s-%d failed", sp.topic, sp.partition)
@@ -546,6 +563,8 @@ class ReplicaManager:
             await p.run_exclusive(lambda: self.log_manager.delete(p.topic, p.partition))
         else:
             await p.run_exclusive(p.log.close)
+            # its log stays on disk: its high watermark stays checkpointed
+            self._hw_at_start[p.key] = p.high_watermark
         metrics.forget_partition(p.topic, p.partition)
         log.info("stopped %s-%d (delete=%s)", p.topic, p.partition, delete)
 

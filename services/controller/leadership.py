@@ -6,7 +6,8 @@ leader); ``live`` the brokers registered in etcd; ``shutting`` the live brokers 
 shutdown (alive, but never elected and dropped from ISRs); ``offline`` the live brokers whose
 replica of this one partition is offline (the broker refused to host it, answering
 LeaderAndIsr with ``KAFKA_STORAGE_ERROR``: Kafka's offline replica, KIP-112): never elected,
-dropped from the ISR, and no longer leading it. Every function returns the
+dropped from the ISR, not let back into it by a leader's AlterPartition, and no longer
+leading it. Every function returns the
 partition's *next* state, or None when nothing changes; a returned state keeps
 ``current.mod_revision`` (the value the fenced write compares).
 
@@ -213,21 +214,34 @@ def check_isr_change(
     new_isr: list[int],
     live: Mapping[int, object] | Collection[int],
     shutting: Collection[int] = NO_SHUTDOWN,
-) -> str | None:
-    """Why an AlterPartition ISR is invalid (INVALID_REQUEST), or None when it is valid:
-    non-empty, no duplicates, a subset of the replicas, containing the leader, and every
-    member being *added* alive and not shutting down (Kafka's ineligible replica rule)."""
+    offline: Collection[int] = NO_SHUTDOWN,
+) -> tuple[int, str] | None:
+    """Why an AlterPartition ISR is refused, as ``(ErrorCode, message)``, or None when it is
+    valid. INVALID_REQUEST: empty, duplicates, not a subset of the replicas, or without the
+    leader. INELIGIBLE_REPLICA (Kafka's rule, KIP-841): a member being *added* is not alive,
+    is shutting down, or is an offline replica of this partition (``offline``). Members
+    kept from the current ISR are not checked (dropping them is the controller's job)."""
     if not new_isr:
-        return "the new ISR is empty"
+        return ErrorCode.INVALID_REQUEST, "the new ISR is empty"
     if len(set(new_isr)) != len(new_isr):
-        return f"the new ISR {new_isr} has duplicates"
+        return ErrorCode.INVALID_REQUEST, f"the new ISR {new_isr} has duplicates"
     outside = [b for b in new_isr if b not in replicas]
     if outside:
-        return f"brokers {outside} in the new ISR are not replicas {replicas}"
+        return (
+            ErrorCode.INVALID_REQUEST,
+            f"brokers {outside} in the new ISR are not replicas {replicas}",
+        )
     if current.leader not in new_isr:
-        return f"the new ISR {new_isr} does not contain the leader {current.leader}"
+        return (
+            ErrorCode.INVALID_REQUEST,
+            f"the new ISR {new_isr} does not contain the leader {current.leader}",
+        )
     added = [b for b in new_isr if b not in current.isr]
-    ineligible = [b for b in added if b not in live or b in shutting]
+    ineligible = [b for b in added if b not in live or b in shutting or b in offline]
     if ineligible:
-        return f"brokers {ineligible} cannot join the ISR (not alive or shutting down)"
+        return (
+            ErrorCode.INELIGIBLE_REPLICA,
+            f"brokers {ineligible} cannot join the ISR (not alive, shutting down, or their "
+            "replica is offline)",
+        )
     return None

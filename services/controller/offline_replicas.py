@@ -18,7 +18,9 @@ them, kept on the event-loop task:
   from the answers to the LeaderAndIsr it sends every broker on activation.
 
 Elections (:func:`services.controller.leadership.elect`, ``offline=``) never pick an offline
-replica, drop it from the ISR, and move leadership off it.
+replica, drop it from the ISR, and move leadership off it; a leader's AlterPartition adding it
+back to the ISR is refused ``INELIGIBLE_REPLICA``
+(:func:`services.controller.leadership.check_isr_change`).
 """
 
 from __future__ import annotations

@@ -17,8 +17,11 @@ current state from etcd is returned with every error so the leader can catch up)
   wait for the LeaderAndIsr carrying it, then retry). A retry of a change that already
   happened (stale partition epoch, same ISR as now) succeeds without writing;
 * UNKNOWN_LEADER_EPOCH — the sender's leader epoch is newer than the controller's;
-* INVALID_REQUEST — a malformed ISR (empty, duplicates, non-replicas, leader missing, or a
-  dead / shutting-down broker being added), or a partition given twice.
+* INVALID_REQUEST — a malformed ISR (empty, duplicates, non-replicas, leader missing), or a
+  partition given twice;
+* INELIGIBLE_REPLICA — the new ISR adds a broker that is not alive, is in controlled
+  shutdown, or whose replica of the partition is offline (it refused to host it,
+  ``offline_replicas.py``): Kafka's rule (KIP-841). The leader proposes again later.
 
 Whole-request errors (``AlterPartitionResponse.error_code``): STALE_BROKER_EPOCH (the sender's
 registration is older than the one in etcd, or gone), BROKER_NOT_AVAILABLE (newer: the
@@ -117,10 +120,15 @@ async def alter_partition(
                 )
         else:
             why = leadership.check_isr_change(
-                replicas, cur, new_isr, state.brokers, loop.shutting_down
+                replicas,
+                cur,
+                new_isr,
+                state.brokers,
+                loop.shutting_down,
+                loop.offline_replicas(key),
             )
             if why is not None:
-                errs[key] = (ErrorCode.INVALID_REQUEST, why)
+                errs[key] = why
             elif tuple(new_isr) != cur.isr:
                 changes[key] = dataclasses.replace(
                     cur,

@@ -1,21 +1,24 @@
-"""How a broker applies one LeaderAndIsr: its partitions concurrently (so a failover's
-leader-epoch checkpoint fsyncs overlap), each partition's states in request order, and every
-new leadership's checkpoint on disk before the answer."""
+"""How a broker applies one LeaderAndIsr: its partitions concurrently, each partition's states
+in request order, every new leadership's epoch in the leader-epoch cache before the answer
+(in memory: no file or thread per partition in a failover; the flush pass writes the files
+behind)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from headwater.errors import KafkaStorageError
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.broker import partition as partition_mod
 from services.broker.metadata_cache import MetadataCache
 from services.broker.replica_manager import ReplicaManager
-from services.broker.storage.leader_epoch import read_entries
+from services.broker.storage.leader_epoch import EpochEntry, read_entries
 from services.broker.storage.log import Log
 from services.broker.storage.log_manager import LogManager
 from tests.broker.lai_helpers import BROKER_EPOCH, ME, assignment, request
@@ -29,32 +32,39 @@ def _manager(tmp_path: Path) -> ReplicaManager:
     return rm
 
 
-def test_new_leaderships_write_their_checkpoints_concurrently(
+def test_new_leaderships_write_no_file_and_the_flush_pass_writes_them_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Four new leaderships in one request: each partition's checkpoint write waits until all
-    four have started, so applying them one after another would fail every one of them."""
-    parties = 4  # below the default executor's worker count on any machine (cpu + 4)
-    barrier = threading.Barrier(parties, timeout=20)
-    assign = Log.assign_epoch
-
-    def assign_together(self: Log, epoch: int) -> None:
-        barrier.wait()
-        assign(self, epoch)
-
-    monkeypatch.setattr(Log, "assign_epoch", assign_together)
+    """Four new leaderships in one request: each starts its epoch in memory without a worker
+    thread; the leader-epoch files are written by the next flush pass, once each."""
+    parties = 4
     rm = _manager(tmp_path)
-    req = request(*(assignment("t", p, 0) for p in range(parties)))
-    resp = asyncio.run(rm.leader_and_isr(req))
+    resp = asyncio.run(rm.leader_and_isr(request(*(assignment("t", p, 0) for p in range(parties)))))
     assert resp.error_code == ErrorCode.NONE
+    assert rm.log_manager.write_epochs_behind() == parties  # epoch 0 of each, on file
+    hops: list[str] = []
+    real = asyncio.to_thread
+
+    async def to_thread(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(partition_mod.asyncio, "to_thread", to_thread)
+    req = request(*(assignment("t", p, 1) for p in range(parties)))  # a failover's new epoch
+    resp = asyncio.run(rm.leader_and_isr(req))
     assert [(r.partition, r.error_code) for r in resp.partitions] == [
         (p, ErrorCode.NONE) for p in range(parties)
     ]
-    for p in range(parties):
-        part = rm.partitions[("t", p)]
-        assert part.is_leader and part.leader_epoch == 0
-        entries = read_entries(part.log.dir)
-        assert entries is not None and [(e.epoch, e.start_offset) for e in entries] == [(0, 0)]
+    assert "assign_epoch" not in hops  # (the request's one write-back hop aside)
+    parts = [rm.partitions[("t", p)] for p in range(parties)]
+    for part in parts:
+        assert part.is_leader and part.leader_epoch == 1
+        assert part.log.epochs.entries == [EpochEntry(0, 0), EpochEntry(1, 0)]
+        assert read_entries(part.log.dir) == [EpochEntry(0, 0)]  # written behind, later
+    assert rm.log_manager.write_epochs_behind() == parties
+    assert rm.log_manager.write_epochs_behind() == 0
+    for part in parts:
+        assert read_entries(part.log.dir) == part.log.epochs.entries
 
 
 def test_one_partitions_states_apply_in_request_order(tmp_path: Path) -> None:
@@ -68,8 +78,7 @@ def test_one_partitions_states_apply_in_request_order(tmp_path: Path) -> None:
     )
     assert [r.error_code for r in resp.partitions] == [ErrorCode.NONE] * 3
     assert rm.partitions[("a", 0)].leader_epoch == 1
-    entries = read_entries(rm.partitions[("a", 0)].log.dir)
-    assert entries is not None and [e.epoch for e in entries] == [0, 1]
+    assert [e.epoch for e in rm.partitions[("a", 0)].log.epochs.entries] == [0, 1]
 
     resp = asyncio.run(
         rm.leader_and_isr(
@@ -126,8 +135,7 @@ def test_a_cancelled_request_is_applied_once_and_its_resend_finds_it_done(
     for p in range(parts):
         part = rm.partitions[("t", p)]
         assert part.is_leader and part.leader_epoch == 0
-        entries = read_entries(part.log.dir)
-        assert entries is not None and [(e.epoch, e.start_offset) for e in entries] == [(0, 0)]
+        assert part.log.epochs.entries == [EpochEntry(0, 0)]
 
 
 def test_a_request_logs_its_partition_states_in_one_line(
@@ -178,8 +186,7 @@ def test_a_hosted_partition_whose_leadership_cannot_be_written_goes_offline(
     resp = asyncio.run(rm.leader_and_isr(request(assignment("t", 0, 1))))
     assert resp.partitions[0].error_code == ErrorCode.NONE
     assert rm.leader_partition("t", 0) is p and p.is_leader and p.leader_epoch == 1
-    entries = read_entries(p.log.dir)
-    assert entries is not None and [e.epoch for e in entries] == [0, 1]
+    assert [e.epoch for e in p.log.epochs.entries] == [0, 1]
 
 
 def test_new_partitions_whose_write_back_fails_are_answered_with_a_storage_error(

@@ -1,10 +1,13 @@
 """A follower's small appends and a leader's tail reads for its followers run on the event loop
-(no worker-thread hop per partition per fetch round, issue 17 item 3); an append that adds a
-leader-epoch entry, and a read far behind the log end, still go to a worker thread."""
+(no worker-thread hop per partition per fetch round, issue 17 item 3), and so do a new
+leadership's epoch and a follower's first batch of a new epoch (the leader-epoch entry is kept
+in memory, its file written behind); a read far behind the log end, and anything on a log
+another thread holds, still go to a worker thread."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -55,19 +58,20 @@ async def _replicate(leader: Partition, follower: Partition) -> None:
     assert await follower.append_as_follower(part.data, 3, leader.high_watermark)
 
 
-def test_follower_rounds_hop_only_for_a_new_epoch(
+def test_follower_rounds_take_no_hop_even_for_a_new_epoch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def main() -> None:
+        hops = Hops(monkeypatch)
         leader, follower = await _leader_and_follower(tmp_path)
+        assert hops.calls == []  # the new leadership's epoch: in memory, on the loop
         for tag in range(3):
             buf = _batch(2, tag)
             await leader.append(
                 buf, validate_batches(buf, max_batch_bytes=1 << 20), acks_all=False, timeout_ms=0
             )
-        hops = Hops(monkeypatch)
         await _replicate(leader, follower)  # the first batches of epoch 3 on the follower
-        assert hops.calls == ["write"]  # the append adds the epoch entry: a worker thread
+        assert hops.calls == []  # its epoch entry is kept in memory: no file, no thread
         assert follower.log_end_offset == leader.log_end_offset == 6
         assert follower.log.epochs.entries == leader.log.epochs.entries
         hops.calls.clear()
@@ -143,9 +147,9 @@ def test_a_replica_long_poll_wakes_at_an_append_on_any_partition(tmp_path: Path)
 
 def test_a_follower_append_now_declines_what_would_wait(tmp_path: Path) -> None:
     """Partition.append_as_follower_now (a follower round's appends, no task each) appends a
-    small batch of the current epoch at once; it does nothing and returns None when the
-    partition is held by another coroutine or the batch starts a new epoch, and False when
-    this replica no longer follows in that epoch."""
+    small batch at once, the first of a new epoch too; it does nothing and returns None when
+    the partition is held by another coroutine, and False when this replica no longer follows
+    in that epoch."""
 
     async def main() -> None:
         leader, follower = await _leader_and_follower(tmp_path)
@@ -153,9 +157,8 @@ def test_a_follower_append_now_declines_what_would_wait(tmp_path: Path) -> None:
         hdrs = validate_batches(buf, max_batch_bytes=1 << 20)
         await leader.append(buf, hdrs, acks_all=False, timeout_ms=0)
         first = (await leader.read(0, 1 << 20, None)).data
-        assert follower.append_as_follower_now(first, 3, 2) is None  # epoch 3 is new here
-        assert follower.log_end_offset == 0
-        assert await follower.append_as_follower(first, 3, 2)  # a worker thread writes it
+        assert follower.append_as_follower_now(first, 3, 2) is True  # epoch 3 is new here
+        assert follower.log_end_offset == 2 and follower.log.epochs.entries[-1].epoch == 3
         buf = _batch(1, 1)
         await leader.append(
             buf, validate_batches(buf, max_batch_bytes=1 << 20), acks_all=False, timeout_ms=0
@@ -196,5 +199,43 @@ def test_a_tail_read_of_few_large_records_goes_to_a_worker_thread(tmp_path: Path
         assert now is not None and len(now.data) == len(small)
         leader.log.close()
         follower.log.close()
+
+    asyncio.run(main())
+
+
+def test_a_new_leadership_goes_to_a_thread_only_when_the_log_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """become_leader starts the epoch on the loop; when another thread holds the log (a flush
+    pass, the cleaner) it waits for it in a worker thread instead of blocking the loop."""
+
+    async def main() -> None:
+        config = TopicConfig()
+        p = Partition("t", 0, Log(tmp_path / "t-0", config), config, 1)
+        hops = Hops(monkeypatch)
+        assert await p.become_leader(LeaderState(1, 3, 0, (1, 2), (1, 2)), 0.0)
+        assert hops.calls == [] and p.log.epochs.entries[-1].epoch == 3
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with p.log._lock:
+                holding.set()
+                release.wait(20)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(20)
+        lead = asyncio.create_task(p.become_leader(LeaderState(1, 4, 0, (1, 2), (1, 2)), 0.0))
+
+        async def hopped() -> list[str]:
+            return hops.calls
+
+        await async_wait_for(hopped, timeout=20, what="the hop")
+        assert hops.calls == ["assign_epoch"] and not lead.done()
+        release.set()
+        assert await lead
+        holder.join(20)
+        assert p.log.epochs.entries[-1].epoch == 4
+        p.log.close()
 
     asyncio.run(main())

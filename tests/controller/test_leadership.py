@@ -117,14 +117,23 @@ def test_isr_change_validation() -> None:
     live = {1, 2, 3}
     assert ld.check_isr_change([1, 2, 3], cur, [1, 2, 3], live) is None
     assert ld.check_isr_change([1, 2, 3], cur, [1], live) is None
-    assert ld.check_isr_change([1, 2, 3], cur, [], live)
-    assert ld.check_isr_change([1, 2, 3], cur, [1, 1], live)
-    assert ld.check_isr_change([1, 2, 3], cur, [1, 4], live)
-    assert ld.check_isr_change([1, 2, 3], cur, [2, 3], live)  # leader missing
-    assert ld.check_isr_change([1, 2, 3], cur, [1, 2, 3], {1, 2})  # adding a dead broker
-    assert ld.check_isr_change([1, 2, 3], cur, [1, 2, 3], live, shutting={3})
-    # keeping a member that died meanwhile is not an addition
-    assert ld.check_isr_change([1, 2, 3], cur, [1, 2], {1}) is None
+    invalid, ineligible = ErrorCode.INVALID_REQUEST, ErrorCode.INELIGIBLE_REPLICA
+
+    def code(new_isr: list[int], live: set[int], **kw: set[int]) -> int | None:
+        why = ld.check_isr_change([1, 2, 3], cur, new_isr, live, **kw)
+        assert why is None or why[1]  # every refusal says why
+        return None if why is None else why[0]
+
+    assert code([], live) == invalid
+    assert code([1, 1], live) == invalid
+    assert code([1, 4], live) == invalid
+    assert code([2, 3], live) == invalid  # leader missing
+    assert code([1, 2, 3], {1, 2}) == ineligible  # adding a dead broker
+    assert code([1, 2, 3], live, shutting={3}) == ineligible
+    assert code([1, 2, 3], live, offline={3}) == ineligible  # its replica is offline
+    # keeping a member that died meanwhile, or whose replica went offline, is not an addition
+    assert code([1, 2], {1}) is None
+    assert code([1, 2], live, offline={2}) is None
 
 
 def test_reassignment_start_catch_up_and_complete() -> None:

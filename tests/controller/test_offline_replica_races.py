@@ -14,7 +14,8 @@ import pytest
 
 from headwater.platform.cluster_layout import Topic
 from headwater.platform.etcd import EtcdError
-from headwater.v1 import broker_pb2
+from headwater.v1 import broker_pb2, controller_pb2
+from headwater.v1.errors_pb2 import ErrorCode
 from services.controller import cluster_state as cs
 from services.controller import operations
 from services.controller import state as st
@@ -164,5 +165,51 @@ def test_a_refusal_marked_before_reconciles_when_its_first_write_failed(
         loop._leader_and_isr_answered(b1, {KEY: TOPIC_ID}, [])
         await _drain(loop)
         assert loop.state.partitions[KEY].leader == 2  # type: ignore[union-attr]
+
+    asyncio.run(asyncio.wait_for(body(), 10))
+
+
+def test_a_leader_cannot_add_a_replica_marked_offline_to_the_isr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Broker 3 refused t-0 (it does not host it): the controller took it out of the ISR, and
+    an AlterPartition from the leader putting it back is refused INELIGIBLE_REPLICA (Kafka's
+    KIP-841 rule for fenced and offline replicas) and changes nothing."""
+
+    async def body() -> None:
+        loop = _loop(monkeypatch, [1, 2, 3])
+        b3 = loop.state.brokers[3]  # type: ignore[union-attr]
+        loop._leader_and_isr_answered(b3, {KEY: TOPIC_ID}, [])
+        await _drain(loop)
+        s = loop.state.partitions[KEY]  # type: ignore[union-attr]
+        assert (s.leader, s.isr) == (1, (1, 2)), s
+
+        def alter(new_isr: list[int]) -> controller_pb2.AlterPartitionRequest:
+            cur = loop.state.partitions[KEY]  # type: ignore[union-attr]
+            return controller_pb2.AlterPartitionRequest(
+                broker_id=1,
+                broker_epoch=101,
+                partitions=[
+                    controller_pb2.AlterPartitionItem(
+                        topic=KEY[0],
+                        partition=KEY[1],
+                        leader_epoch=cur.leader_epoch,
+                        partition_epoch=cur.partition_epoch,
+                        new_isr=new_isr,
+                    )
+                ],
+            )
+
+        resp = await operations.alter_partition(loop, alter([1, 2, 3]))
+        (r,) = resp.partitions
+        assert loop.state.partitions[KEY] == s, "the offline replica joined the ISR"  # type: ignore[union-attr]
+        assert ErrorCode.Name(r.error_code) == "INELIGIBLE_REPLICA", r
+        assert "3" in r.error_message and tuple(r.state.isr) == (1, 2)
+        # the mark cleared (broker 3 now hosts t-0): the same proposal is accepted
+        loop._leader_and_isr_answered(b3, {}, [KEY])
+        await _drain(loop)
+        (r,) = (await operations.alter_partition(loop, alter([1, 2, 3]))).partitions
+        assert r.error_code == ErrorCode.NONE, r
+        assert loop.state.partitions[KEY].isr == (1, 2, 3)  # type: ignore[union-attr]
 
     asyncio.run(asyncio.wait_for(body(), 10))

@@ -92,7 +92,7 @@ def test_alter_partition_cas_rejections_write_nothing(env3: OpsEnv) -> None:
 
             async def dropped() -> bool:
                 r = await env.alter_isr("isr", 0, [leader, others[1]])
-                return bool(r.partitions[0].error_code == EC.INVALID_REQUEST)
+                return bool(r.partitions[0].error_code == EC.INELIGIBLE_REPLICA)
 
             await async_wait_for(dropped, timeout=15, what="dead broker refused in the ISR")
             assert await env.snapshot() == before

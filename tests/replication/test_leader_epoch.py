@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from headwater.batch import encode_batch, iter_headers, validate_batches
 from headwater.config import TopicConfig
 from headwater.errors import CorruptRecordError, InvalidRequestError
-from services.broker.storage import fileio
+from services.broker.storage import fileio, leader_epoch
 from services.broker.storage.leader_epoch import (
     EPOCH_FILE,
     EpochEntry,
@@ -19,6 +20,7 @@ from services.broker.storage.leader_epoch import (
     read_entries,
 )
 from services.broker.storage.log import Log
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.fast
 
@@ -136,19 +138,22 @@ def test_follower_append_keeps_leader_bytes_and_history(tmp_path: Path) -> None:
     follower.close()
 
 
-def test_a_follower_append_on_the_loop_declines_a_new_epoch_and_a_held_log(
+def test_a_follower_append_on_the_loop_declines_a_held_log_and_takes_a_new_epoch(
     tmp_path: Path,
 ) -> None:
     """Log.append_as_follower_if_uncontended (a follower's small appends on the event loop)
-    appends as append_as_follower does, but leaves to a worker thread (None, nothing written)
-    a batch that would add a leader-epoch entry (a file) and a log another thread holds."""
+    appends as append_as_follower does, the first batches of a new leader epoch included (the
+    entry is kept in memory: no file), but leaves to a worker thread (None, nothing written)
+    a log another thread holds."""
     leader = Log(tmp_path / "a" / "t-0", TopicConfig())
     follower = Log(tmp_path / "b" / "t-0", TopicConfig())
+    follower.epochs.flush()  # the follower's file as a flush left it: no entry
     leader_append(leader, batch(3), 1)
     first = read_all(leader)
-    assert follower.append_as_follower_if_uncontended(first, replicated(first)) is None
-    assert follower.log_end_offset == 0 and follower.epochs.entries == []
-    follower.append_as_follower(first, replicated(first))  # the worker-thread path
+    info = follower.append_as_follower_if_uncontended(first, replicated(first))
+    assert info is not None and follower.log_end_offset == 3
+    assert follower.epochs.entries == [EpochEntry(1, 0)]
+    assert read_entries(follower.dir) == []  # written behind, not by the append
     leader_append(leader, batch(2, tag=1), 1)
     same_epoch = leader.read(3, 1 << 20).data
     info = follower.append_as_follower_if_uncontended(same_epoch, replicated(same_epoch))
@@ -170,11 +175,11 @@ def test_a_follower_append_on_the_loop_declines_a_new_epoch_and_a_held_log(
     assert results == [None] and follower.log_end_offset == 5
     leader_append(leader, batch(1, tag=3), 4)
     new_epoch = leader.read(5, 1 << 20).data  # epoch 1's batch, then epoch 4's
-    assert follower.append_as_follower_if_uncontended(new_epoch, replicated(new_epoch)) is None
-    assert follower.log_end_offset == 5
-    follower.append_as_follower(new_epoch, replicated(new_epoch))
+    assert follower.append_as_follower_if_uncontended(new_epoch, replicated(new_epoch))
     assert read_all(follower) == read_all(leader)
     assert follower.epochs.entries == leader.epochs.entries == [EpochEntry(1, 0), EpochEntry(4, 6)]
+    assert follower.write_epochs_behind()
+    assert read_entries(follower.dir) == follower.epochs.entries
     leader.close()
     follower.close()
 
@@ -248,25 +253,49 @@ def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def test_new_epochs_are_written_without_fsync_and_synced_by_flush(
+def test_new_epochs_write_no_file_until_written_behind_or_synced_by_flush(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A new leadership and a follower's first batch of a new epoch change only the memory;
+    write_epochs_behind (the flush pass) writes the file once without fsync, and a flush
+    fsyncs it before the recovery point moves past the entries."""
     d = tmp_path / "t-0"
     log = Log(d, TopicConfig())
     leader_append(log, batch(2), 0)
     log.flush()
+    writes = _count_writes(monkeypatch)
     fsyncs = _count_fsyncs(monkeypatch)
     log.assign_epoch(3)  # a new leadership
     leader_append(log, batch(2, tag=1), 3)
     follower_batch = _epoch_batch(4, 4)
     log.append_as_follower(follower_batch, replicated(follower_batch))  # as a follower
-    assert fsyncs == []
+    assert writes == [] and fsyncs == []
+    assert read_entries(d) == [EpochEntry(0, 0)]
+    assert log.epochs.dirty and log.epochs.unsynced
+    assert log.end_offset_for_epoch(3) == (3, 4)  # answered from memory
+    assert log.write_epochs_behind()
+    assert not log.write_epochs_behind()  # up to date: nothing more to write
+    assert len(writes) == 1 and fsyncs == []
     assert read_entries(d) == [EpochEntry(0, 0), EpochEntry(3, 2), EpochEntry(4, 4)]
-    assert log.epochs.unsynced
+    assert not log.epochs.dirty and log.epochs.unsynced
     log.flush()  # before the recovery point moves past them, the entries are fsynced
     assert not log.epochs.unsynced
-    assert len(fsyncs) >= 2  # the checkpoint's tmp file and its directory (then segments)
+    assert len(writes) == 2 and len(fsyncs) >= 2  # the tmp file and its directory
     log.close()
+    assert len(writes) == 2  # close found the file durable
+
+
+def _count_writes(monkeypatch: pytest.MonkeyPatch) -> list[list[EpochEntry]]:
+    calls: list[list[EpochEntry]] = []
+    real = leader_epoch.write_entries
+
+    def counting(directory: Path, entries: Any, *, sync: bool = True) -> None:
+        items = list(entries)
+        calls.append(items)
+        real(directory, items, sync=sync)
+
+    monkeypatch.setattr(leader_epoch, "write_entries", counting)
+    return calls
 
 
 def _epoch_batch(epoch: int, base: int) -> bytes:
@@ -309,3 +338,146 @@ def test_clean_open_trusts_the_file(tmp_path: Path) -> None:
     again = Log(d, TopicConfig())
     assert again.epochs.entries == [EpochEntry(0, 0)]
     again.close()
+
+
+class _WatchedLock:
+    """A lock that records who is about to wait for it (a test's view of the file lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waiting: list[str] = []
+
+    def __enter__(self) -> None:
+        self.waiting.append(threading.current_thread().name)
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_a_write_behind_never_overtakes_a_truncation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flush pass writes a cache's file without the log's lock. A truncation (under the
+    log's lock) that removes an entry while that write is under way must have the last word:
+    the file must not claim the removed entry afterwards."""
+    c = cache_with(tmp_path, (0, 0), (3, 5))
+    c.flush()
+    c.assign(5, 10)  # in memory; the flush pass is about to write it behind
+    lock = _WatchedLock()
+    c._file_lock = lock  # type: ignore[assignment]
+    started, release = threading.Event(), threading.Event()
+    real = leader_epoch.write_entries
+
+    def slow_behind(directory: Path, entries: Any, *, sync: bool = True) -> None:
+        items = list(entries)
+        if not sync:  # the write behind: it has taken its entries, now it stalls
+            started.set()
+            assert release.wait(20)
+        real(directory, items, sync=sync)
+
+    monkeypatch.setattr(leader_epoch, "write_entries", slow_behind)
+    behind = threading.Thread(target=c.write_behind, name="behind")
+    behind.start()
+    assert started.wait(20)
+    cut = threading.Thread(target=c.truncate_from_end, args=(10,), name="truncation")
+    cut.start()
+    wait_for(
+        lambda: "truncation" in lock.waiting or not cut.is_alive(),
+        timeout=20,
+        what="the truncation to reach the file lock",
+    )
+    release.set()
+    behind.join(20)
+    cut.join(20)
+    assert not behind.is_alive() and not cut.is_alive()
+    assert c.entries == [EpochEntry(0, 0), EpochEntry(3, 5)]
+    assert read_entries(tmp_path) == c.entries
+    assert not c.dirty and not c.unsynced
+    # a write that waited for the file lock writes what the memory holds once it has it
+    c.assign(7, 10)
+    lock.waiting.clear()
+    lock._lock.acquire()  # another write under way
+    waited = threading.Thread(target=c.write_behind, name="waited")
+    waited.start()
+    wait_for(lambda: "waited" in lock.waiting, timeout=20, what="the write to wait")
+    c.assign(8, 12)  # a follower's next new epoch meanwhile
+    lock._lock.release()
+    waited.join(20)
+    assert not waited.is_alive()
+    assert read_entries(tmp_path) == c.entries
+    assert c.entries == [EpochEntry(0, 0), EpochEntry(3, 5), EpochEntry(7, 10), EpochEntry(8, 12)]
+    assert not c.dirty
+
+
+def test_a_closed_or_deleted_log_writes_nothing_behind(tmp_path: Path) -> None:
+    """A deleted log's directory may be taken by a new log of the same name at once: the old
+    cache's pending entries must never be written there."""
+    d = tmp_path / "t-0"
+    old = Log(d, TopicConfig())
+    leader_append(old, batch(2), 4)
+    assert old.epochs.dirty
+    old.delete()
+    new = Log(d, TopicConfig())  # the topic created again
+    assert not old.write_epochs_behind()
+    assert not old.epochs.write_behind()  # even asked directly
+    assert read_entries(d) == [] and new.epochs.entries == []
+    new.close()
+    c = cache_with(tmp_path / "c", (1, 0))
+    (tmp_path / "c").mkdir()
+    c.close()
+    assert not c.write_behind()
+    assert read_entries(tmp_path / "c") is None
+
+
+@pytest.mark.parametrize("file_at_crash", ["never written", "written behind", "power loss"])
+def test_a_crash_before_the_epoch_file_is_synced_keeps_every_epoch_with_offsets(
+    tmp_path: Path, file_at_crash: str
+) -> None:
+    """The process dies (no clean close) after new epochs that only the memory had: their
+    entries come back from the batch headers, an epoch without a batch is not claimed (its
+    start is the log end: no offset of the log is in it), and once a new leadership starts
+    every OffsetForLeaderEpoch answer ends where the same log's answer without the crash
+    ends."""
+    d = tmp_path / "t-0"
+    log = Log(d, TopicConfig())
+    leader_append(log, batch(2), 0)
+    log.flush()  # recovery point 2; the file [(0, 0)] durable
+    durable = (d / EPOCH_FILE).read_text()
+    log.assign_epoch(3)  # a new leadership
+    leader_append(log, batch(2, tag=1), 3)
+    follower_batch = _epoch_batch(4, 4)
+    log.append_as_follower(follower_batch, replicated(follower_batch))
+    log.assign_epoch(6)  # leader again, killed before its first batch
+    assert log.epochs.entries == [
+        EpochEntry(0, 0),
+        EpochEntry(3, 2),
+        EpochEntry(4, 4),
+        EpochEntry(6, 6),
+    ]
+    if file_at_crash != "never written":
+        assert log.write_epochs_behind()
+        assert read_entries(d) == log.epochs.entries
+    log.close(mark_clean=False)  # kill -9
+    if file_at_crash == "power loss":
+        (d / EPOCH_FILE).write_text(durable)  # the page cache lost the unsynced file
+    again = Log(d, TopicConfig())
+    assert again.epochs.entries == [EpochEntry(0, 0), EpochEntry(3, 2), EpochEntry(4, 4)]
+    assert read_entries(d) == again.epochs.entries  # what the file holds after the open
+    # no crash: the same history in a log that stayed up
+    same = Log(tmp_path / "same", TopicConfig())
+    leader_append(same, batch(2), 0)
+    same.assign_epoch(3)
+    leader_append(same, batch(2, tag=1), 3)
+    same.append_as_follower(follower_batch, replicated(follower_batch))
+    same.assign_epoch(6)
+    for lg in (again, same):
+        lg.assign_epoch(7)  # the controller's next leadership after the restart
+    for epoch in range(9):
+        got, want = again.end_offset_for_epoch(epoch), same.end_offset_for_epoch(epoch)
+        assert got[1] == want[1], epoch
+        if epoch != 6:  # epoch 6 has no batch: answered as the epoch before it, same end
+            assert got == want, epoch
+    assert read_all(again) == read_all(same)
+    again.close()
+    same.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from repl_helpers import (
+    StoredBatch,
     create_topic,
     fetched_values,
     fetches_waiting,
@@ -20,6 +21,7 @@ from repl_helpers import (
     paused,
     produce,
     state_on,
+    stub,
     upto,
     values,
 )
@@ -27,6 +29,7 @@ from repl_helpers import (
 from headwater.dev.cluster import LocalCluster
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from services.broker.storage.leader_epoch import read_entries
 from tests.helpers.wait import wait_for
 
 ALL = broker_pb2.ACKS_ALL
@@ -200,3 +203,100 @@ def test_sigterm_moves_leadership_first(c3: LocalCluster) -> None:
         what="committed records readable from the new leader",
     )
     c3.restart_broker(leader)
+
+
+def _epoch_ends(batches: list[StoredBatch], leo: int) -> dict[int, int]:
+    """Per leader epoch written in ``batches``: where it ends (the first batch of a later
+    epoch, or the log end), what OffsetForLeaderEpoch must answer for it."""
+    ends: dict[int, int] = {}
+    for i, b in enumerate(batches):
+        if b.leader_epoch not in ends:
+            later = [x.base_offset for x in batches[i:] if x.leader_epoch > b.leader_epoch]
+            ends[b.leader_epoch] = later[0] if later else leo
+    return ends
+
+
+def _epoch_file_fits_log(c: LocalCluster, bid: int, topic: str) -> bool:
+    """The broker's leader-epoch file, once written behind, names the first offset of every
+    epoch its log's batches carry and claims no offset past its log end."""
+    (d,) = (c.data_dir / f"broker-{bid}").glob(f"log-*/{topic}-0")
+    entries = read_entries(d)
+    batches = log_batches(c, bid, topic)
+    if entries is None or not batches:
+        return False
+    firsts: dict[int, int] = {}
+    for b in batches:
+        firsts.setdefault(b.leader_epoch, b.base_offset)
+    found = {(e.epoch, e.start_offset) for e in entries}
+    return set(firsts.items()) <= found and all(
+        e.start_offset <= batches[-1].next_offset for e in entries
+    )
+
+
+def test_brokers_killed_right_after_a_leadership_change_keep_their_epoch_history(
+    c3: LocalCluster,
+) -> None:
+    """A new leadership's epoch entry, and a follower's for its first batch of the new epoch,
+    are only in memory until the flush pass writes the file behind (within a second). Each
+    broker in turn is killed (SIGKILL) right after a leadership change and restarted: the
+    restarted brokers rebuild the epochs from their batches, truncate correctly, answer
+    OffsetForLeaderEpoch as leaders exactly where each epoch ends in the log, their epoch
+    files come to match their logs, and no acknowledged record is lost."""
+    topic = "r-epoch-crash"
+    create_topic(c3, topic, min_insync_replicas="2")
+    acked: list[bytes] = []
+
+    def produce_acked(bid: int, tag: str, batches: int) -> None:
+        for i in range(batches):
+            batch = values(f"{tag}{i}", 10)
+            r = produce(c3.brokers[bid].address, topic, batch, acks=ALL, timeout_ms=15000)
+            assert r.error_code == ErrorCode.NONE, r.error_message
+            acked.extend(batch)
+
+    a = leader_of(c3, topic)
+    produce_acked(a, "a", 5)  # offsets 0..49
+    c3.kill_broker(a)
+    b = leader_of(c3, topic, via=next(x for x in c3.brokers if x != a))
+    produce_acked(b, "b", 3)  # 50..79: b's and the third broker's first batches of the epoch
+    c3.kill_broker(b)  # right after its election: its entry may be in memory only
+    c = next(x for x in c3.brokers if x not in (a, b))
+    assert leader_of(c3, topic, via=c) == c
+    c3.restart_broker(b)
+    c3.restart_broker(a)
+    wait_for(lambda: isr_on(c3, c, topic) == [1, 2, 3], timeout=40, what="a and b in the ISR")
+    produce_acked(c, "c", 2)  # 80..99
+    wait_for(lambda: identical_upto(c3, topic, 100, [1, 2, 3]), timeout=30, what="replicated")
+    c3.kill_broker(c)  # the leader now is a or b, both restarted after a kill
+    leader = leader_of(c3, topic, via=a)
+    assert leader in (a, b)
+    batches = log_batches(c3, leader, topic)
+    ends = _epoch_ends(batches, 100)
+    assert len(ends) == 3  # the epochs of a, b and c
+    ch, s = stub(c3.brokers[leader].address)
+    with ch:
+        resp = s.OffsetForLeaderEpoch(
+            broker_pb2.OffsetForLeaderEpochRequest(
+                replica_id=-1,
+                partitions=[
+                    broker_pb2.OffsetForLeaderEpochPartition(
+                        topic=topic, partition=0, current_leader_epoch=-1, leader_epoch=e
+                    )
+                    for e in ends
+                ],
+            ),
+            timeout=10,
+        )
+    got = {r.leader_epoch: r.end_offset for r in resp.partitions}
+    assert [r.error_code for r in resp.partitions] == [ErrorCode.NONE] * 3
+    assert got == ends  # (epoch, where it ends) for each epoch, from the restarted leader
+    produce_acked(leader, "d", 1)  # 100..109 (min.insync.replicas 2: a and b)
+    c3.restart_broker(c)
+    wait_for(lambda: isr_on(c3, leader, topic) == [1, 2, 3], timeout=40, what="c in the ISR")
+    wait_for(lambda: identical_upto(c3, topic, 110, [1, 2, 3]), timeout=30, what="replicated")
+    got_values, hw = fetched_values(c3.brokers[leader].address, topic)
+    assert hw == 110 and got_values == acked  # nothing acknowledged lost or added
+    wait_for(
+        lambda: all(_epoch_file_fits_log(c3, bid, topic) for bid in c3.brokers),
+        timeout=20,
+        what="every broker's leader-epoch file written behind",
+    )

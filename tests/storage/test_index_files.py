@@ -119,3 +119,43 @@ def test_an_open_past_the_bound_visits_only_the_files_it_closes(tmp_path: Path) 
     assert not opened[0].is_open and opened[1].is_open and extra.is_open and len(files) == 200
     for f in [*opened, extra]:
         f.close()
+
+
+def _open_files_under(directory: Path) -> collections.Counter[str]:
+    """This process's open descriptors on files under ``directory``, by file suffix."""
+    out: collections.Counter[str] = collections.Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue  # closed since listed (the listing's own descriptor)
+        if target.is_relative_to(directory):
+            out[target.suffix] += 1
+    return out
+
+
+def test_a_partition_holds_one_descriptor_per_segment_and_index_files_share_the_bound(
+    open_log, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What docs/storage.md (Threads: Descriptors) states: every segment keeps its ``.log``
+    open, sealed segments' index files are closed, and the active segments' index files of
+    all partitions share the bounded set (``--index-files-open-max``) instead of costing each
+    partition two more descriptors."""
+    monkeypatch.setattr(fileio.INDEX_FILES, "bound", 2)
+    logs = [
+        open_log(tmp_path / f"t-{i}", segment_bytes=200, index_interval_bytes=1) for i in range(3)
+    ]
+    for r in range(4):
+        for log in logs:
+            append(log, make_batch(tag=r, value_size=60))
+    segments = [len(log._segments) for log in logs]
+    assert all(n >= 3 for n in segments), segments
+    open_now = _open_files_under(tmp_path)
+    assert open_now[".log"] == sum(segments)  # one per segment, sealed ones included
+    # the last partition written keeps its active pair open; the others' were closed
+    assert open_now[".index"] + open_now[".timeindex"] == 2
+    assert len(fileio.INDEX_FILES) == 2
+    assert sum(open_now.values()) == sum(segments) + 2, open_now  # nothing else is held
+    for log in logs:
+        log.close()
+    assert _open_files_under(tmp_path) == collections.Counter()

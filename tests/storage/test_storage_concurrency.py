@@ -8,6 +8,7 @@ from storage_helpers import append, headers_of, make_batch
 
 from headwater.batch import decode_batches
 from headwater.errors import OffsetOutOfRangeError
+from services.broker.storage.leader_epoch import EpochEntry
 
 
 def test_concurrent_reads_during_appends_rolls_and_retention(open_log, clock):
@@ -66,11 +67,13 @@ def test_reader_holding_a_deleted_segment_keeps_reading(open_log, clock):
 
 def test_an_uncontended_append_happens_now_a_contended_one_is_declined(open_log) -> None:
     """The event loop's small appends (Log.append_if_uncontended) never wait on the log lock
-    another thread holds (a flush pass, the cleaner) nor write a new leader-epoch entry."""
+    another thread holds (a flush pass, the cleaner); a new leader epoch's entry is taken in
+    memory (no file written: the flush pass writes it behind)."""
     log = open_log()
     buf = make_batch(2, tag=1)
-    assert log.append_if_uncontended(buf, headers_of(buf), 0) is None  # epoch 0 is new here
-    append(log, buf, 0)  # the worker-thread path writes the epoch entry
+    info = log.append_if_uncontended(buf, headers_of(buf), 0)  # epoch 0 is new here
+    assert info is not None and log.log_end_offset == 2
+    assert log.epochs.entries == [EpochEntry(0, 0)] and log.epochs.dirty
     buf = make_batch(2, tag=4)
     info = log.append_if_uncontended(buf, headers_of(buf), 0)
     assert info is not None and info.first_offset == 2 and log.log_end_offset == 4
@@ -89,10 +92,14 @@ def test_an_uncontended_append_happens_now_a_contended_one_is_declined(open_log)
         buf = make_batch(1, tag=2)
         assert log.append_if_uncontended(buf, headers_of(buf), 0) is None
         assert log.log_end_offset == 4  # nothing written
+        assert not log.assign_epoch_if_uncontended(1)
+        assert log.end_offset_for_epoch_if_uncontended(0) is None
     finally:
         release.set()
         t.join(10)
     buf = make_batch(1, tag=3)
-    assert log.append_if_uncontended(buf, headers_of(buf), 1) is None  # a new leader epoch
-    info = log.append_if_uncontended(buf, headers_of(buf), 0)
+    info = log.append_if_uncontended(buf, headers_of(buf), 1)  # a new leader epoch
     assert info is not None and info.first_offset == 4
+    assert log.epochs.entries == [EpochEntry(0, 0), EpochEntry(1, 4)]
+    assert log.end_offset_for_epoch_if_uncontended(0) == (0, 4)
+    assert log.assign_epoch_if_uncontended(2) and log.latest_epoch == 2

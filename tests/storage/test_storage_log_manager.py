@@ -156,3 +156,39 @@ def test_lookups_do_not_wait_behind_a_log_being_created(tmp_path, monkeypatch) -
     assert m.topic_id("slow", 0) == "id-slow"
     assert m.partitions() == [("fast", 0), ("slow", 0)]
     m.close()
+
+
+def test_the_flush_pass_writes_changed_epoch_files_behind(tmp_path, clock, monkeypatch, caplog):
+    """A new leader epoch is only in memory; the flush pass writes each changed log's
+    leader-epoch file once, without fsync. A log whose write fails is logged, the others are
+    written, and the next pass writes it."""
+    from services.broker.storage import fileio, leader_epoch
+
+    mgr = LogManager([tmp_path], clock=clock)
+    logs = [mgr.get_or_create("t", p, TopicConfig()) for p in range(3)]
+    mgr.sync_created()
+    logs[0].assign_epoch(2)
+    logs[2].assign_epoch(5)
+    real, fsyncs = leader_epoch.write_entries, []
+    failing = {logs[2].dir}
+
+    def write(directory, entries, *, sync=True):
+        if directory in failing:
+            failing.discard(directory)
+            raise KafkaStorageError("leader-epoch-checkpoint: EIO")
+        real(directory, entries, sync=sync)
+
+    monkeypatch.setattr(leader_epoch, "write_entries", write)
+    monkeypatch.setattr(fileio.os, "fsync", lambda fd: fsyncs.append(fd))
+    with caplog.at_level("WARNING", logger="services.broker.storage.log_manager"):
+        assert mgr.flush_pass(clock()) == 0
+    assert "leader-epoch files of 1 logs not written" in caplog.text
+    assert leader_epoch.read_entries(logs[0].dir) == [leader_epoch.EpochEntry(2, 0)]
+    assert leader_epoch.read_entries(logs[1].dir) == []  # unchanged: not written
+    assert leader_epoch.read_entries(logs[2].dir) == []
+    assert logs[2].epochs.dirty
+    assert mgr.write_epochs_behind() == 1  # the next pass
+    assert leader_epoch.read_entries(logs[2].dir) == [leader_epoch.EpochEntry(5, 0)]
+    assert fsyncs == []
+    monkeypatch.undo()
+    mgr.close()

@@ -27,7 +27,12 @@ async def handle(
         )
         try:
             p = leader_for(rm, item.topic, item.partition, item.current_leader_epoch)
-            epoch, end = await asyncio.to_thread(p.log.end_offset_for_epoch, item.leader_epoch)
+            # An in-memory lookup: on the loop unless a thread holds the log (a failover's
+            # followers ask for hundreds of partitions in one request).
+            found = p.log.end_offset_for_epoch_if_uncontended(item.leader_epoch)
+            if found is None:
+                found = await asyncio.to_thread(p.log.end_offset_for_epoch, item.leader_epoch)
+            epoch, end = found
             out.leader_epoch, out.end_offset = epoch, end
         except Exception as exc:
             out.error_code = error_code(exc)

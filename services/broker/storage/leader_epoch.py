@@ -26,24 +26,37 @@ as Kafka's ``LeaderEpochFileCache.endOffsetFor``.
 A missing or unreadable file is not an error: the ``Log`` rebuilds the cache from its batch
 headers (every batch carries the epoch it was written in).
 
-Durability (the scheme of Kafka's KAFKA-15046): a new entry (``assign``) replaces the file
-**without** fsync, so a failover's hundreds of new leaderships and the followers' first
-batches of the new epoch do not each wait for the disk; the ``Log`` fsyncs the file
-(``sync``) before it moves its recovery point (``Log.flush``, ``Log.maybe_flush``, clean
-close), so every entry below the recovery point is durable, and after an unclean shutdown it
-adds the epochs of the batches past the recovery point from their headers
-(``recovery.load_epoch_cache``). A process crash loses nothing (the page cache survives it);
-after a power loss the file is the old or the new version, never torn. Removals
-(``truncate_from_end``, ``truncate_from_start``, ``clear``) are rare and fsync at once: an
-entry the log no longer has must never come back.
+Durability (the scheme of Kafka's KAFKA-15046, one step further): a new entry (``assign``)
+changes only the memory. The file lags behind it and is brought up to date three ways:
+``write_behind`` (the broker's once-a-second flush pass, for every log with a change: one
+write, no fsync, however many entries came meanwhile), ``sync`` (the owning ``Log`` calls it
+before it moves its recovery point: ``Log.flush``, ``Log.maybe_flush``, clean close; written
+and fsynced) and every removal. So a failover's thousands of new leaderships and the
+followers' first batches of the new epoch write no file at all. Why losing the newest entries
+is safe: an entry missing from the file starts at or after the recovery point the last
+``sync`` made durable (entries below it were fsynced first), and after an unclean shutdown
+the ``Log`` adds the epochs of the batches past the recovery point from their headers
+(``recovery.load_epoch_cache``). What no header can give back is a new leader's entry for an
+epoch in which it wrote nothing; such an epoch has no offsets, and the restarted broker is
+given a newer epoch by the controller, so no answer depends on it (Kafka loses the same
+entry). A process crash keeps what was written (the page cache survives it); after a power
+loss the file is the old or the new version, never torn. Removals (``truncate_from_end``,
+``truncate_from_start``, ``clear``) are rare and write and fsync at once: an entry the log no
+longer has must never come back, and no header could take it away again.
 
-Threads: no locking here; the owning ``Log`` calls every method under its own lock.
+Threads: entries change only under the owning ``Log``'s lock; the file is written under
+this cache's own file lock (``write_behind`` runs in the flush pass's thread without the
+``Log``'s lock): a write takes the newest entries once it holds the file lock, so the last
+write to finish is always of the newest entries it could see, and a removal's write is never
+overtaken by an older ``write_behind``. ``close`` ends writing for good (a deleted log's
+directory may be taken by a new log of the same name).
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,16 +115,21 @@ def write_entries(directory: Path, entries: Iterable[EpochEntry], *, sync: bool 
 
 
 class LeaderEpochCache:
-    """Ascending ``(epoch, start_offset)`` entries, written on every change (fsynced as the
-    module doc says)."""
+    """Ascending ``(epoch, start_offset)`` entries in memory, and their file written behind
+    (see module doc)."""
 
     def __init__(self, directory: Path, entries: Iterable[EpochEntry] = ()) -> None:
         self.dir = Path(directory)
         self._entries: list[EpochEntry] = list(entries)
         if not _ascending(self._entries):
             raise ValueError(f"epoch entries not ascending: {self._entries}")
-        #: the file holds entries not fsynced yet (written by ``assign``)
-        self.unsynced = False
+        # Versions of the entries: every change adds one; the file holds ``_written``,
+        # ``_synced`` of it was fsynced. Entries given here are taken as on disk.
+        self._version = 0
+        self._written = 0
+        self._synced = 0
+        self._file_lock = threading.Lock()
+        self._closed = False
 
     @property
     def entries(self) -> list[EpochEntry]:
@@ -121,19 +139,61 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1].epoch if self._entries else UNDEFINED
 
+    @property
+    def dirty(self) -> bool:
+        """The file lacks entries the memory has (``write_behind`` would write it)."""
+        return self._written != self._version
+
+    @property
+    def unsynced(self) -> bool:
+        """Some entries are not durable yet (``sync`` would write and fsync the file)."""
+        return self._synced != self._version
+
+    def _write(self, *, sync: bool, only_if_behind: bool) -> bool:
+        """Write the newest entries under the file lock (the version read before the
+        entries: a change in between is only written again later); True when written."""
+        with self._file_lock:
+            if self._closed:
+                return False
+            version = self._version
+            if only_if_behind and version == (self._synced if sync else self._written):
+                return False
+            write_entries(self.dir, self._entries, sync=sync)
+            self._written = version
+            if sync:
+                self._synced = version
+            return True
+
     def flush(self, *, sync: bool = True) -> None:
         """Write the entries and fsync them (``sync=False``: without the fsyncs, for a new
         log's empty file that its owner makes durable otherwise)."""
-        write_entries(self.dir, self._entries, sync=sync)
-        self.unsynced = False
+        self._write(sync=sync, only_if_behind=False)
 
     def sync(self) -> None:
         """Make every entry durable (the owning log is about to move its recovery point)."""
         if self.unsynced:
-            self.flush()
+            self._write(sync=True, only_if_behind=True)
+
+    def write_behind(self) -> bool:
+        """Write the file without fsync when it lacks entries (the flush pass; needs no
+        ``Log`` lock); True when written, False when up to date or closed.
+        KafkaStorageError on I/O errors (the entries stay to be written)."""
+        if not self.dirty:
+            return False
+        return self._write(sync=False, only_if_behind=True)
+
+    def close(self) -> None:
+        """No more writes (after a running one): the log is closed or deleted."""
+        with self._file_lock:
+            self._closed = True
+
+    def _change(self, entries: list[EpochEntry]) -> None:
+        self._entries = entries
+        self._version += 1
 
     def assign(self, epoch: int, start_offset: int) -> bool:
-        """Record that ``epoch`` starts at ``start_offset``; True when something changed.
+        """Record that ``epoch`` starts at ``start_offset`` in memory (the file follows: see
+        module doc); True when something changed.
 
         A no-op when ``epoch`` is already the latest (its start stays the first offset seen).
         Entries that contradict the new one (an epoch >= it, or a start offset > it) are
@@ -146,32 +206,30 @@ class LeaderEpochCache:
             return False
         kept = [x for x in self._entries if x.epoch < epoch and x.start_offset <= start_offset]
         kept.append(EpochEntry(epoch, start_offset))
-        self._entries = kept
-        write_entries(self.dir, kept, sync=False)
-        self.unsynced = True
+        self._change(kept)
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
-        """Drop entries starting at or after ``end_offset`` (the log was cut there)."""
+        """Drop entries starting at or after ``end_offset`` (the log was cut there); written
+        and fsynced at once."""
         kept = [x for x in self._entries if x.start_offset < end_offset]
         if len(kept) != len(self._entries):
-            self._entries = kept
+            self._change(kept)
             self.flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at ``start_offset``: drop entries wholly below it and move the
-        one containing it up to ``start_offset``."""
+        one containing it up to ``start_offset``; written and fsynced at once."""
         starts = [x.start_offset for x in self._entries]
         i = bisect.bisect_right(starts, start_offset) - 1
         if i < 0 or (i == 0 and self._entries[0].start_offset == start_offset):
             return
-        kept = [EpochEntry(self._entries[i].epoch, start_offset), *self._entries[i + 1 :]]
-        self._entries = kept
+        self._change([EpochEntry(self._entries[i].epoch, start_offset), *self._entries[i + 1 :]])
         self.flush()
 
     def clear(self) -> None:
         if self._entries:
-            self._entries = []
+            self._change([])
             self.flush()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:

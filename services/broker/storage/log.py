@@ -172,13 +172,11 @@ class Log(LogCleanup, LogReads):
     ) -> AppendInfo | None:
         """:meth:`append` now, or None (nothing done) when it could block the caller: another
         thread holds the log (a flush pass fsyncing, the cleaner swapping segments,
-        retention) or the append would write a new leader-epoch entry (a file + fsync).
-        For small appends on the event loop (services/broker/partition.py)."""
+        retention). For small appends on the event loop (services/broker/partition.py); a
+        new leader epoch's entry costs no file here (``leader_epoch`` module doc)."""
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            if self.epochs.latest_epoch != leader_epoch:
-                return None
             return self.append(buf, batches, leader_epoch)
         finally:
             self._lock.release()
@@ -187,16 +185,13 @@ class Log(LogCleanup, LogReads):
         self, buf: Buffer, batches: Sequence[tuple[int, BatchHeader]]
     ) -> AppendInfo | None:
         """:meth:`append_as_follower` now, or None (nothing done) when it could block the
-        caller: another thread holds the log, or a batch's leader epoch is newer than the
-        cache's latest (the append would write a leader-epoch entry, a file). For a follower's
-        small appends on the event loop (services/broker/partition.py); raises what
-        :meth:`append_as_follower` raises."""
+        caller: another thread holds the log. For a follower's small appends on the event
+        loop (services/broker/partition.py), the first batches of a new leader epoch
+        included (their entry costs no file here); raises what :meth:`append_as_follower`
+        raises."""
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            latest = self.epochs.latest_epoch
-            if any(h.partition_leader_epoch > latest for _, h in batches):
-                return None
             return self.append_as_follower(buf, batches)
         finally:
             self._lock.release()
@@ -384,17 +379,44 @@ class Log(LogCleanup, LogReads):
             return self.epochs.latest_epoch
 
     def assign_epoch(self, epoch: int) -> None:
-        """A new leader starts ``epoch`` at the log end offset (no-op if already latest)."""
+        """A new leader starts ``epoch`` at the log end offset (no-op if already latest): in
+        memory, the file follows (``leader_epoch`` module doc)."""
         with self._lock:
             self._check_open()
             if epoch > self.epochs.latest_epoch:
                 self.epochs.assign(epoch, self._leo)
+
+    def assign_epoch_if_uncontended(self, epoch: int) -> bool:
+        """:meth:`assign_epoch` now and True, or False (nothing done) when another thread
+        holds the log: for the event loop (``Partition.become_leader``)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self.assign_epoch(epoch)
+            return True
+        finally:
+            self._lock.release()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (largest epoch <= ``epoch``, where it ends); see
         ``LeaderEpochCache.end_offset_for``."""
         with self._lock:
             return self.epochs.end_offset_for(epoch, self._leo)
+
+    def end_offset_for_epoch_if_uncontended(self, epoch: int) -> tuple[int, int] | None:
+        """:meth:`end_offset_for_epoch` now, or None when another thread holds the log: for
+        the event loop (the OffsetForLeaderEpoch handler)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self.epochs.end_offset_for(epoch, self._leo)
+        finally:
+            self._lock.release()
+
+    def write_epochs_behind(self) -> bool:
+        """Write the leader-epoch file when it lacks entries, without fsync and without the
+        log's lock (the flush pass); True when written (``LeaderEpochCache.write_behind``)."""
+        return not self._closed and self.epochs.write_behind()
 
     # -- flushing -----------------------------------------------------------------------
 
@@ -483,6 +505,7 @@ class Log(LogCleanup, LogReads):
                 self._write_checkpoint()
                 self._write_producer_snapshot(sync=True)
             self._closed = True
+            self.epochs.close()
             for seg in self._segments:
                 seg.close()
             if mark_clean:
@@ -494,6 +517,7 @@ class Log(LogCleanup, LogReads):
         reading."""
         with self._lock:
             self._closed = True
+            self.epochs.close()  # a flush pass's write must not land in a new log's directory
             aside = fileio.rename_for_deletion(self.dir)
             for seg in self._segments:
                 seg.delete()  # closes the indexes (the files have moved: nothing to unlink)

@@ -26,13 +26,16 @@ it longer.
 
 Threads: the partition map is guarded by a lock, so any thread may call these methods.
 ``retention_pass`` and ``flush_pass`` call mutating ``Log`` methods, which serialise with the
-partition's own writer through the log's internal lock; closed logs are skipped.
+partition's own writer through the log's internal lock; closed logs are skipped. The flush
+pass also writes behind the leader-epoch files that lack new entries (``write_epochs_behind``,
+one write per changed log, under each cache's own file lock, not the log's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import threading
@@ -44,6 +47,8 @@ from headwater.config import TopicConfig
 from headwater.errors import InvalidTopicError, KafkaStorageError
 from services.broker.storage import fileio, partition_metadata
 from services.broker.storage.log import Clock, Log
+
+_log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
@@ -289,8 +294,30 @@ class LogManager:
         return sum(lg.delete_retention(now_ms) for lg in logs if not lg.closed)
 
     def flush_pass(self, now_ms: int) -> int:
-        """Apply the flush policy to every open log; logs whose active segment was fsynced."""
-        return sum(1 for log in self._open_logs() if log.maybe_flush(now_ms))
+        """Write the leader-epoch files that lack entries (``write_epochs_behind``), then
+        apply the flush policy to every open log; logs whose active segment was fsynced."""
+        logs = self._open_logs()
+        self.write_epochs_behind(logs)
+        return sum(1 for log in logs if log.maybe_flush(now_ms))
+
+    def write_epochs_behind(self, logs: Iterable[Log] | None = None) -> int:
+        """Write every leader-epoch file that lacks entries of its cache, without fsync (a
+        failover's new epochs are kept in memory at once: ``leader_epoch`` module doc); the
+        number written. A log whose write fails is logged and tried again by the next pass
+        (its next flush, which must fsync the file, raises the error)."""
+        written, failed = 0, []
+        for lg in self._open_logs() if logs is None else logs:
+            try:
+                written += lg.write_epochs_behind()
+            except KafkaStorageError as exc:
+                failed.append(exc)
+        if failed:
+            _log.warning(
+                "leader-epoch files of %d logs not written (next pass retries): %s",
+                len(failed),
+                failed[0],
+            )
+        return written
 
     def _open_logs(self) -> list[Log]:
         return [log for log in self.all_logs() if not log.closed]

@@ -11,8 +11,9 @@ Epoch cache: read from ``leader-epoch-checkpoint``; when it is missing or damage
 rebuilt from the batch headers (each batch records the leader epoch it was written in), then
 cut to the recovered log (entries at or past the log end, or wholly below the log start).
 After an unclean shutdown the epochs of the batches in the segments reaching past the
-recovery point are added from their headers too: new entries are written to the file without
-fsync (``leader_epoch`` module doc), so the file may lack the newest ones.
+recovery point are added from their headers too: new entries are kept in memory and the
+file is written behind and fsynced only before the recovery point moves past them
+(``leader_epoch`` module doc), so the file may lack the newest ones.
 """
 
 from __future__ import annotations

@@ -838,7 +838,7 @@ type AlterPartitionResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	ErrorCode     ErrorCode              `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3,enum=headwater.v1.ErrorCode" json:"error_code,omitempty"` // FENCED_LEADER_EPOCH, INVALID_REQUEST, NOT_CONTROLLER, ...
+	ErrorCode     ErrorCode              `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3,enum=headwater.v1.ErrorCode" json:"error_code,omitempty"` // FENCED_LEADER_EPOCH, INVALID_REQUEST, INELIGIBLE_REPLICA, ...
 	ErrorMessage  string                 `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	State         *PartitionState        `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"` // the state now in etcd (on success: with the new ISR)
 	unknownFields protoimpl.UnknownFields
