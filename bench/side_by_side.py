@@ -15,12 +15,21 @@ with their verdicts.
     python bench/side_by_side.py [--systems headwater,kafka,nats,redis] [--quick] [--no-rf3]
                                  [--max-seconds 30] [--out-dir DIR] [--only "produce-max"]
     python bench/side_by_side.py --report DIR/rows.jsonl DIR/ceilings.json   # table only
+
+``--interleave`` runs the systems unit by unit instead of system by system: a unit is one
+topic shape (its produce-max rows and the consume row that reads them) or one fixed-rate row;
+every system runs a unit, with the systems' order reversed from one unit to the next (A B,
+B A, A B, ...), before the next unit starts. On a shared machine whose load drifts over
+minutes, the two rows of a ratio are then measured within a minute or two of each other
+instead of half an hour apart. Each step (unit, system, UTC start and end, load average) is
+written to ``<out-dir>/steps.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -34,7 +43,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "peers"))
 
 import ceilings  # noqa: E402
-from common import WORKLOADS, Row, read_rows  # noqa: E402
+from common import WORKLOADS, Row, Workload, read_rows, selected, workloads  # noqa: E402
 from core import machine  # noqa: E402
 
 from headwater.dev.procs import python_env  # noqa: E402
@@ -75,6 +84,69 @@ def run_system(system: str, rows_path: Path, flags: list[str], timeout: float) -
         code = -1
     print(f"== {system}: exit {code} after {time.monotonic() - t0:.0f} s", file=sys.stderr)
     return code
+
+
+def interleave_units(ws: Iterable[Workload]) -> list[list[Workload]]:
+    """The units ``--interleave`` alternates systems over, in matrix order: the produce-max
+    and consume workloads of one (partitions, record size, replication factor) — a consume
+    row reads the topic its produce-max rows wrote, so they must run in one harness call —
+    and every other workload alone."""
+    units: dict[tuple[object, ...], list[Workload]] = {}
+    for w in ws:
+        shape: tuple[object, ...] = (
+            (w.partitions, w.record_size, w.rf)
+            if w.kind in ("produce-max", "consume")
+            else (w.key,)
+        )
+        units.setdefault(shape, []).append(w)
+    return list(units.values())
+
+
+def interleaved_steps(
+    units: list[list[Workload]], systems: list[str]
+) -> list[tuple[int, str, list[Workload]]]:
+    """(unit index, system, workloads) in run order: every system runs unit *i* before unit
+    *i + 1* starts, in the given order for even *i* and reversed for odd *i*, so neither
+    system always goes first after a change of unit."""
+    return [
+        (i, system, unit)
+        for i, unit in enumerate(units)
+        for system in (systems if i % 2 == 0 else systems[::-1])
+    ]
+
+
+def _utc() -> str:
+    return time.strftime("%H:%M:%S", time.gmtime())
+
+
+def run_interleaved(
+    units: list[list[Workload]],
+    systems: list[str],
+    rows_path: Path,
+    flags_of: dict[str, list[str]],
+    timeout: float,
+    steps_path: Path,
+) -> dict[str, int]:
+    """Run :func:`interleaved_steps`, each step one harness call restricted to its unit's
+    exact workload keys; return each system's worst exit code (0 when all were 0)."""
+    exits: dict[str, int] = {s: 0 for s in systems}
+    steps: list[dict[str, object]] = []
+    for i, system, unit in interleaved_steps(units, systems):
+        step: dict[str, object] = {
+            "unit": i,
+            "system": system,
+            "workloads": [w.key for w in unit],
+            "start_utc": _utc(),
+            "load_start": os.getloadavg()[0],
+        }
+        only = ",".join(w.key for w in unit)
+        code = run_system(system, rows_path, [*flags_of[system], "--only", only], timeout)
+        step.update(end_utc=_utc(), load_end=os.getloadavg()[0], exit=code)
+        steps.append(step)
+        steps_path.write_text(json.dumps(steps, indent=2))
+        if code != 0 and exits[system] == 0:
+            exits[system] = code
+    return exits
 
 
 def _kafka_reference(rows: Iterable[Row]) -> dict[str, Row]:
@@ -321,6 +393,12 @@ def main() -> None:
         help="run only workloads whose key contains this, or any part of a comma-separated "
         "list (every system)",
     )
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="alternate the systems unit by unit (one topic shape or fixed-rate row at a "
+        "time, order reversed each unit) instead of running each system's whole matrix",
+    )
     p.add_argument("--system-timeout", type=float, default=1800)
     p.add_argument("--report", nargs=2, type=Path, metavar=("ROWS", "CEILINGS"))
     args = p.parse_args()
@@ -338,14 +416,24 @@ def main() -> None:
     flags = ["--max-seconds", str(args.max_seconds)]
     flags += ["--quick"] if args.quick else []
     flags += ["--no-rf3"] if args.no_rf3 else []
-    flags += ["--only", args.only] if args.only else []
     kafka_flags = ["--no-java"] if args.kafka_python_only else []
-    exits = {
-        s: run_system(
-            s, rows_path, flags + (kafka_flags if s == "kafka" else []), args.system_timeout
+    systems = args.systems.split(",")
+    flags_of = {s: flags + (kafka_flags if s == "kafka" else []) for s in systems}
+    if args.interleave:
+        selected_ws = [w for w in workloads(not args.no_rf3) if selected(args.only, w.key)]
+        exits = run_interleaved(
+            interleave_units(selected_ws),
+            systems,
+            rows_path,
+            flags_of,
+            args.system_timeout,
+            out_dir / "steps.json",
         )
-        for s in args.systems.split(",")
-    }
+    else:
+        only = ["--only", args.only] if args.only else []
+        exits = {
+            s: run_system(s, rows_path, flags_of[s] + only, args.system_timeout) for s in systems
+        }
     rows = read_rows(rows_path) if rows_path.exists() else []
     text = report(rows, {k: v for k, v in ceil.items() if isinstance(v, float)}, machine())
     text += "\nExit codes: " + ", ".join(f"{s} {c}" for s, c in exits.items()) + "\n"

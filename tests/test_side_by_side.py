@@ -91,3 +91,47 @@ def test_targets_compare_headwater_with_kafkas_fastest_client(
         x for x in text.splitlines() if "| headwater | headwater bench" in x and "1024B" in x
     )
     assert "0.75x" in line and "30%" in line  # 300/400 of Kafka, 300/1000 of the page cache
+
+
+def test_interleave_units_keep_a_consume_row_with_the_rows_that_produce_its_topic() -> None:
+    units = side_by_side.interleave_units(WORKLOADS)
+    assert [w for unit in units for w in unit] == list(WORKLOADS)  # every row once, in order
+    for unit in units:
+        if unit[0].kind in ("produce-max", "consume"):
+            shapes = {(w.partitions, w.record_size, w.rf) for w in unit}
+            assert len(shapes) == 1, [w.key for w in unit]
+            kinds = [w.kind for w in unit]
+            assert kinds[0] == "produce-max"
+            if "consume" in kinds:
+                assert kinds.index("consume") > kinds.index("produce-max")
+        else:
+            assert len(unit) == 1
+    p1_100 = next(u for u in units if u[0].key == "produce-max p=1 100B acks=1 rf=1")
+    assert [w.key for w in p1_100] == [
+        "produce-max p=1 100B acks=1 rf=1",
+        "produce-max p=1 100B acks=all rf=1",
+        "consume p=1 100B acks=1 rf=1",
+    ]
+    # an exact key selects only its own workload, so a unit's --only runs exactly the unit
+    for unit in units:
+        only = ",".join(w.key for w in unit)
+        assert [w for w in WORKLOADS if selected(only, w.key)] == unit
+
+
+def test_interleaved_steps_alternate_which_system_goes_first() -> None:
+    units = side_by_side.interleave_units(
+        [w for w in WORKLOADS if w.kind in ("produce-max", "consume") and w.rf == 1]
+    )
+    steps = side_by_side.interleaved_steps(units, ["headwater", "kafka"])
+    assert len(steps) == 2 * len(units) == 8
+    assert [(i, s) for i, s, _ in steps] == [
+        (0, "headwater"),
+        (0, "kafka"),
+        (1, "kafka"),
+        (1, "headwater"),
+        (2, "headwater"),
+        (2, "kafka"),
+        (3, "kafka"),
+        (3, "headwater"),
+    ]
+    assert all(unit is units[i] for i, _, unit in steps)
