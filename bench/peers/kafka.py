@@ -771,6 +771,11 @@ def main() -> None:
 
         have_py = not a.no_python
     except ImportError:
+        if a.no_java:
+            raise SystemExit(
+                "kafka: --no-java asks for confluent-kafka's rows only, and confluent-kafka "
+                "is missing (pip install -e '.[bench]')"
+            ) from None
         log("confluent-kafka missing (pip install -e '.[bench]'): java rows only")
         have_py = False
     if shutil.which("java") is None:
