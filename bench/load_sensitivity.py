@@ -229,6 +229,10 @@ class System:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def counters(self, topic: str) -> dict[str, float]:
+        """Server-side counters of ``topic`` worth keeping with the run (none by default)."""
+        return {}
+
 
 class HeadwaterSystem(System):
     name = "headwater"
@@ -258,6 +262,25 @@ class HeadwaterSystem(System):
 
     def stop(self) -> None:
         self.cluster.stop()
+
+    def counters(self, topic: str) -> dict[str, float]:
+        """The broker's out-of-order refusals and reorder waits for ``topic`` (the sequence
+        checks of an idempotent produce: acks=all turns idempotence on)."""
+        import urllib.request
+
+        url = self.cluster.brokers[1].metrics_url
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if f'topic="{topic}"' not in line:
+                continue
+            if line.startswith("headwater_broker_producer_rejections_total") and (
+                'reason="out_of_order"' in line
+            ):
+                out["out_of_order_refused"] = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("headwater_broker_produce_reorder_waits_total"):
+                out["reorder_waits"] = float(line.rsplit(" ", 1)[1])
+        return out
 
 
 class KafkaSystem(System):
@@ -309,6 +332,7 @@ def measure(
     cpu_s = (system.group.usage_ns() - cpu0) / 1e9
     servers_s = sum(proc_cpu_s(p) for p in system.server_pids) - servers0
     _, wait_s = ws.totals_s()
+    counters = system.counters(topic)
     system.delete(topic)
     mb = n * w.record_size / MB
     return {
@@ -331,6 +355,8 @@ def measure(
         "load_before": load0,
         "load_after": loadavg(),
         "harness_note": row.note,
+        "latency_ms": row.latency_ms,
+        "counters": counters,
     }
 
 
@@ -341,6 +367,17 @@ def rate(r: dict[str, object]) -> float:
     return float(r["records_per_sec"])  # type: ignore[arg-type]
 
 
+def _counters(rs: list[dict[str, object]]) -> str:
+    """Per run: the broker's out-of-order refusals / reorder waits (Headwater only)."""
+    cs = [r.get("counters") or {} for r in rs]
+    if not any(cs):
+        return "—"
+    return ", ".join(
+        f"{c.get('out_of_order_refused', 0):.0f}/{c.get('reorder_waits', 0):.0f}"  # type: ignore[union-attr]
+        for c in cs
+    )
+
+
 def summary(runs: list[dict[str, object]]) -> str:
     def med(xs: list[float]) -> float:
         return statistics.median(xs) if xs else float("nan")
@@ -348,8 +385,8 @@ def summary(runs: list[dict[str, object]]) -> str:
     keys = sorted({(str(r["row"]), int(r["level"]), str(r["client"])) for r in runs if r["n"]})
     out = [
         "| row | burners | client | runs | records/s | MB/s | CPU s/MB (all) | servers | "
-        "client | cores busy | run-queue wait s/MB |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "client | cores busy | run-queue wait s/MB | out-of-order refused / reorder waits |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row, level, client in keys:
         rs = [
@@ -368,7 +405,7 @@ def summary(runs: list[dict[str, object]]) -> str:
             f"{len(rs)} | {m('records_per_sec'):,.0f} | {m('mb_per_sec'):,.1f} | "
             f"{m('cpu_s_per_mb') * 1000:.2f} ms | {m('servers_cpu_s_per_mb') * 1000:.2f} ms | "
             f"{m('client_cpu_s_per_mb') * 1000:.2f} ms | {m('cores_busy'):.2f} | "
-            f"{m('wait_s_per_mb') * 1000:.2f} ms |"
+            f"{m('wait_s_per_mb') * 1000:.2f} ms | {_counters(rs)} |"
         )
     out += ["", "Headwater / Kafka's best client (medians of the per-round ratios):", ""]
     out += ["| row | burners | ratio per round | median |", "|---|---:|---|---:|"]
