@@ -101,6 +101,7 @@ T = TypeVar("T")
 #: round (issue 17 item 3).
 _INLINE_APPEND_BYTES = 256 * 1024
 _INLINE_READ_RECORDS = 256
+_INLINE_READ_BYTES = 256 * 1024
 #: How long a produce whose first batch is ahead of its producer's next sequence waits for the
 #: missing earlier batches before the sequence check refuses it (OUT_OF_ORDER_SEQUENCE_NUMBER).
 #: An idempotent producer keeps up to 5 requests per partition in flight as concurrent gRPC
@@ -108,7 +109,6 @@ _INLINE_READ_RECORDS = 256
 #: order); refused, the later batch came back after the client's retry backoff with the
 #: partition down to one request in flight (issue 17 item 5, docs/benchmarks.md).
 REORDER_WAIT_S = 1.0
-_INLINE_READ_BYTES = 256 * 1024
 
 #: Producer-state rejections, by exception class, as the rejection metric's ``reason`` label.
 _REJECTION_REASONS: dict[type[Exception], str] = {
