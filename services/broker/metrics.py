@@ -58,6 +58,12 @@ PRODUCER_REJECTIONS = prom.Counter(
     "coordinator_fenced)",
     ["topic", "reason"],
 )
+PRODUCE_REORDER_WAITS = prom.Counter(
+    "headwater_broker_produce_reorder_waits_total",
+    "Produce entries that arrived ahead of their producer's next sequence and waited for the "
+    "earlier batches (concurrent requests received out of order), by topic",
+    ["topic"],
+)
 TXN_MARKERS = prom.Counter(
     "headwater_broker_txn_markers_total",
     "Transaction markers appended as leader, by topic and kind (commit, abort)",

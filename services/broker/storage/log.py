@@ -139,6 +139,11 @@ class Log(LogCleanup, LogReads):
 
     # -- appending ----------------------------------------------------------------------
 
+    def ahead_of_sequence(self, batches: Sequence[tuple[int, BatchHeader]]) -> bool:
+        """The first batch of a produce starts after its producer's next sequence (see
+        ``ProducerStateManager.ahead_of_sequence``); a read, safe while an append runs."""
+        return bool(batches) and self._producers.ahead_of_sequence(batches[0][1])
+
     def append(
         self,
         buf: Buffer,
