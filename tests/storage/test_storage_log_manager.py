@@ -278,3 +278,34 @@ def leader_epoch_entries(log):
     from services.broker.storage import leader_epoch
 
     return [(e.epoch, e.start_offset) for e in leader_epoch.read_entries(log.dir)]
+
+
+def test_a_burst_of_new_epochs_is_written_behind_over_several_passes(tmp_path, clock, monkeypatch):
+    """A failover's thousands of new epochs: each pass writes at most EPOCH_WRITES_PER_PASS
+    files, oldest change first, and the rest stay for the next passes until all are written;
+    a flush that moves a log's recovery point writes (and fsyncs) its file itself."""
+    from services.broker.storage import leader_epoch, log_manager
+
+    monkeypatch.setattr(log_manager, "EPOCH_WRITES_PER_PASS", 2)
+    mgr = LogManager([tmp_path], clock=clock)
+    logs = [mgr.get_or_create("t", p, TopicConfig()) for p in range(5)]
+    mgr.sync_created()
+    mgr.flush_pass(clock())
+    mgr.flush_pass(clock())
+    for epoch, log in enumerate(logs, start=1):
+        log.assign_epoch(epoch)
+
+    def on_file() -> list[int]:
+        return [p for p, log in enumerate(logs) if leader_epoch.read_entries(log.dir)]
+
+    mgr.flush_pass(clock())
+    assert on_file() == [0, 1]
+    mgr.flush_pass(clock())
+    assert on_file() == [0, 1, 2, 3]
+    logs[4].flush()  # a flush does not wait for the pass
+    assert on_file() == [0, 1, 2, 3, 4]
+    mgr.flush_pass(clock())
+    assert all(not log.epochs.dirty for log in logs)
+    for epoch, log in enumerate(logs, start=1):
+        assert leader_epoch.read_entries(log.dir) == [leader_epoch.EpochEntry(epoch, 0)]
+    mgr.close()

@@ -35,7 +35,8 @@ number of logs: each log reports every change of its state (``Log.on_change``, a
 into a set of changed logs, and a pass takes that set, does what the flush policy and the
 epoch files ask of those logs, and keeps for the next pass only those that may still have
 work without a further change (``Log.wants_flush_pass``: a ``flush.ms`` not yet due, a
-failed write). An idle broker's pass looks at no log at all.
+failed write, an epoch file left for a later pass by :data:`EPOCH_WRITES_PER_PASS`), oldest
+change first. An idle broker's pass looks at no log at all.
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ from services.broker.storage.log import Clock, Log
 _log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
+#: Leader-epoch files one flush pass writes behind at most: a failover gives thousands of
+#: logs a new epoch at once, and writing all their files (a temporary file and a rename
+#: each) in the second the new leaders start serving competed with them for the CPU; the
+#: rest are written by the following passes (the logs stay in the changed set), and a flush
+#: that moves a log's recovery point still writes and fsyncs its file first.
+EPOCH_WRITES_PER_PASS = 256
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
@@ -91,7 +98,7 @@ class LogManager:
         #: partitions placed in each log directory (``_home`` counted, for placements)
         self._placed: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
         #: logs changed since the flush pass last looked at them (guarded by ``_changed_lock``)
-        self._changed: set[Log] = set()
+        self._changed: dict[Log, None] = {}  # a set in the order the logs changed
         self._changed_lock = threading.Lock()
         self._configured: set[tuple[str, int]] = set()
         #: each log's stored topic id (None: a directory from before topic ids were stored).
@@ -247,7 +254,7 @@ class LogManager:
 
     def _mark_changed(self, log: Log) -> None:
         with self._changed_lock:
-            self._changed.add(log)
+            self._changed[log] = None
 
     def get(self, topic: str, partition: int) -> Log | None:
         with self._lock:
@@ -330,25 +337,29 @@ class LogManager:
         logs whose active segment was fsynced. Logs that may have more work later stay for
         the next pass, also when a flush fails (KafkaStorageError, raised)."""
         with self._changed_lock:
-            changed, self._changed = self._changed, set()
+            changed, self._changed = self._changed, {}
         logs = [log for log in changed if not log.closed]
         try:
-            self.write_epochs_behind(logs)
+            self.write_epochs_behind(logs, limit=EPOCH_WRITES_PER_PASS)
             return sum(1 for log in logs if log.maybe_flush(now_ms))
         finally:
             again = [log for log in logs if log.wants_flush_pass()]
             if again:
                 with self._changed_lock:
-                    self._changed.update(again)
+                    self._changed = {**dict.fromkeys(again), **self._changed}  # first
 
-    def write_epochs_behind(self, logs: Iterable[Log] | None = None) -> int:
+    def write_epochs_behind(
+        self, logs: Iterable[Log] | None = None, *, limit: int | None = None
+    ) -> int:
         """Write every leader-epoch file (of ``logs``; None: of every open log) that lacks
-        entries of its cache, without fsync (a
-        failover's new epochs are kept in memory at once: ``leader_epoch`` module doc); the
-        number written. A log whose write fails is logged and tried again by the next pass
-        (its next flush, which must fsync the file, raises the error)."""
+        entries of its cache, without fsync (a failover's new epochs are kept in memory at
+        once: ``leader_epoch`` module doc), at most ``limit`` of them; the number written.
+        A log whose write fails is logged and tried again by the next pass (its next flush,
+        which must fsync the file, raises the error)."""
         written, failed = 0, []
         for lg in self._open_logs() if logs is None else logs:
+            if limit is not None and written >= limit:
+                break
             try:
                 written += lg.write_epochs_behind()
             except KafkaStorageError as exc:
