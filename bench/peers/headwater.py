@@ -125,9 +125,16 @@ def _acks(w: Workload) -> str:
 
 
 def produce_max(
-    bootstrap: str, w: Workload, n: int, max_s: float, mode: str = "many"
+    bootstrap: str,
+    w: Workload,
+    n: int,
+    max_s: float,
+    mode: str = "many",
+    topic: str | None = None,
 ) -> tuple[Row, str]:
-    topic = _topic(w, "" if mode == "many" else f"-{mode}")
+    """``headwater bench produce`` in its own process; ``topic`` defaults to one named after
+    the workload and mode (created by the command when missing)."""
+    topic = topic or _topic(w, "" if mode == "many" else f"-{mode}")
     res = _bench(
         bootstrap,
         max_s + 300,

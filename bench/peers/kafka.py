@@ -376,8 +376,17 @@ def run_tool(argv: list[str], max_seconds: float) -> tuple[str, bool, float]:
 
 
 def java_produce(
-    c: KafkaCluster, w: Workload, quick: bool, max_seconds: float, client_heap: list[str]
+    c: KafkaCluster,
+    w: Workload,
+    quick: bool,
+    max_seconds: float,
+    client_heap: list[str],
+    topic: str | None = None,
+    n: int | None = None,
 ) -> Row:
+    """ProducerPerformance for ``w``. ``topic``: an existing topic to write (the caller
+    created it); by default one named after the workload is created first. ``n``: records of
+    a produce-max run (default :func:`record_count`)."""
     fixed = w.kind == "produce-fixed"
     if fixed:
         assert w.rate_mb_s is not None
@@ -385,9 +394,11 @@ def java_produce(
         n = rate * (5 if quick else FIXED_RATE_SECONDS)
         props = JAVA_LATENCY
     else:
-        rate, n, props = -1, record_count(w.record_size, quick), JAVA_THROUGHPUT
-    topic = topic_name(JAVA_CLIENT, w)
-    c.create_topic(topic, w.partitions, w.rf)
+        rate, props = -1, JAVA_THROUGHPUT
+        n = n or record_count(w.record_size, quick)
+    if topic is None:
+        topic = topic_name(JAVA_CLIENT, w)
+        c.create_topic(topic, w.partitions, w.rf)
     argv = java_argv(
         c.libs,
         "org.apache.kafka.tools.ProducerPerformance",
@@ -501,13 +512,23 @@ def java_consume(
 # ---------------------------------------------------------------- confluent-kafka
 
 
-def py_produce_max(c: KafkaCluster, w: Workload, quick: bool, max_seconds: float) -> Row:
+def py_produce_max(
+    c: KafkaCluster,
+    w: Workload,
+    quick: bool,
+    max_seconds: float,
+    topic: str | None = None,
+    n: int | None = None,
+) -> Row:
+    """confluent-kafka ``produce()`` as fast as it goes; ``topic`` and ``n`` as in
+    :func:`java_produce`."""
     from confluent_kafka import Producer
 
-    topic = topic_name(PY_CLIENT, w)
-    c.create_topic(topic, w.partitions, w.rf)
+    if topic is None:
+        topic = topic_name(PY_CLIENT, w)
+        c.create_topic(topic, w.partitions, w.rf)
     pool = payload_pool(w.record_size)
-    n = record_count(w.record_size, quick)
+    n = n or record_count(w.record_size, quick)
     lat: list[float] = []
     errors: list[str] = []
 

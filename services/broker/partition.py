@@ -102,6 +102,13 @@ T = TypeVar("T")
 _INLINE_APPEND_BYTES = 256 * 1024
 _INLINE_READ_RECORDS = 256
 _INLINE_READ_BYTES = 256 * 1024
+#: How long a produce whose first batch is ahead of its producer's next sequence waits for the
+#: missing earlier batches before the sequence check refuses it (OUT_OF_ORDER_SEQUENCE_NUMBER).
+#: An idempotent producer keeps up to 5 requests per partition in flight as concurrent gRPC
+#: calls, which the broker may receive out of order (Kafka's one TCP connection keeps them in
+#: order); refused, the later batch came back after the client's retry backoff with the
+#: partition down to one request in flight (issue 17 item 5, docs/benchmarks.md).
+REORDER_WAIT_S = 1.0
 
 #: Producer-state rejections, by exception class, as the rejection metric's ``reason`` label.
 _REJECTION_REASONS: dict[type[Exception], str] = {
@@ -210,6 +217,8 @@ class Partition:
         #: the Log's first unstable offset as of the last log mutation (writer-owned cache).
         self._first_unstable: int | None = None
         self._append_lock = asyncio.Lock()
+        #: see :data:`REORDER_WAIT_S` (an attribute so a test can lengthen it)
+        self.reorder_wait_s = REORDER_WAIT_S
         self._changed = asyncio.Event()
         self._append_watchers: set[asyncio.Future[None]] = set()
         self._listeners: set[Callable[[Partition], None]] = set()
@@ -522,6 +531,8 @@ class Partition:
         meanwhile, REQUEST_TIMED_OUT after ``timeout_ms``, NOT_LEADER_OR_FOLLOWER if the
         leadership moved.
         """
+        if self.log.ahead_of_sequence(batches):
+            await self._await_predecessors(batches, timeout_ms)
         async with self._append_lock:
             self.check_writable(acks_all)
             epoch = self.leader_epoch
@@ -560,6 +571,28 @@ class Partition:
         if acks_all:
             await self._wait_committed(result.last_offset + 1, epoch, timeout_ms)
         return result
+
+    async def _await_predecessors(
+        self, batches: list[tuple[int, BatchHeader]], timeout_ms: int
+    ) -> None:
+        """Wait until the producer's earlier batches are appended (each append wakes this),
+        for at most ``reorder_wait_s`` (and the request's ``timeout_ms``), while this replica
+        leads; then :meth:`append` goes on and its sequence check decides."""
+        metrics.PRODUCE_REORDER_WAITS.labels(self.topic).inc()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(self.reorder_wait_s, max(timeout_ms, 0) / 1000.0)
+        while self.role is Role.LEADER and self.log.ahead_of_sequence(batches):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            appended: asyncio.Future[None] = loop.create_future()
+            self.watch_appended(appended)
+            try:
+                await timeouts.wait_for(appended, remaining)
+            except TimeoutError:
+                return
+            finally:
+                self.unwatch_appended(appended)
 
     async def write_marker(
         self,

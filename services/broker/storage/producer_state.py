@@ -159,6 +159,22 @@ class ProducerStateManager:
             out.append(None)
         return out
 
+    def ahead_of_sequence(self, h: BatchHeader) -> bool:
+        """True when ``h`` (a producer's batch) starts after the sequence its producer must
+        send next: an earlier batch of that producer is missing, maybe still on its way in
+        another request. False for a non-idempotent batch, a stale epoch, the expected
+        sequence and a sequence behind it (a duplicate, or an error :meth:`check` reports).
+        Nothing is changed."""
+        if h.producer_id < 0:
+            return False
+        entry = self.entries.get(h.producer_id)
+        if entry is not None and h.producer_epoch < entry.epoch:
+            return False
+        same_epoch = entry is not None and entry.epoch == h.producer_epoch
+        expected = entry.last_seq + 1 if same_epoch and entry is not None else 0
+        gap = (h.base_sequence - expected) % SEQ_MOD
+        return 0 < gap < SEQ_MOD // 2
+
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
         """A marker may be appended: its epoch and coordinator epoch are not stale."""
         entry = self.entries.get(producer_id)

@@ -1,0 +1,132 @@
+"""An idempotent producer's requests that reach the leader out of order (concurrent gRPC calls)
+are appended in sequence order instead of being refused: a batch ahead of its producer's next
+sequence waits, bounded, for the earlier ones (docs/transactions.md, "Requests that overtake
+each other"; issue 17 item 5). A real gap is still refused after the wait, and a duplicate or a
+batch of another producer never waits."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from headwater.batch import encode_batch, validate_batches
+from headwater.config import TopicConfig
+from headwater.errors import OutOfOrderSequenceNumberError, UnknownProducerIdError
+from services.broker.partition import LeaderState, Partition
+from services.broker.storage.log import Log
+from tests.helpers.wait import async_wait_for
+
+pytestmark = pytest.mark.fast
+
+PID = 4242
+
+
+def _idem(n: int, seq: int, pid: int = PID, epoch: int = 0) -> bytes:
+    return encode_batch(
+        [b"v%d" % (seq + i) for i in range(n)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
+
+
+def _waits(topic: str) -> float:
+    return (
+        REGISTRY.get_sample_value("headwater_broker_produce_reorder_waits_total", {"topic": topic})
+        or 0.0
+    )
+
+
+async def _leader(tmp_path: Path, topic: str) -> Partition:
+    config = TopicConfig()
+    p = Partition(topic, 0, Log(tmp_path / f"{topic}-0", config), config, 1)
+    await p.become_leader(LeaderState(1, 1, 0, (1,), (1,)), 0.0)
+    return p
+
+
+async def _append(p: Partition, buf: bytes, timeout_ms: int = 30_000) -> tuple[int, int]:
+    r = await p.append(
+        buf, validate_batches(buf, max_batch_bytes=1 << 20), acks_all=True, timeout_ms=timeout_ms
+    )
+    return r.base_offset, r.last_offset
+
+
+def test_a_request_that_overtakes_its_predecessor_waits_and_lands_after_it(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        p = await _leader(tmp_path, "reorder-ok")
+        p.reorder_wait_s = 60.0  # the test decides when the predecessor arrives
+        assert await _append(p, _idem(3, 0)) == (0, 2)
+        before = _waits("reorder-ok")
+        # sequences 5.. and 3.. arrive before 3.. (as two concurrent calls may)
+        later = asyncio.create_task(_append(p, _idem(2, 5)))
+        await async_wait_for(
+            lambda: _ready(_waits("reorder-ok") == before + 1),
+            timeout=30,
+            what="the overtaking batch to wait",
+        )
+        assert not later.done()
+        assert p.log_end_offset == 3  # nothing of it appended yet
+        assert await _append(p, _idem(2, 3)) == (3, 4)
+        assert await asyncio.wait_for(later, 30) == (5, 6)
+        assert p.log_end_offset == 7
+
+    asyncio.run(main())
+
+
+def test_a_first_batch_overtaken_at_the_start_of_a_producer_waits_too(tmp_path: Path) -> None:
+    async def main() -> None:
+        p = await _leader(tmp_path, "reorder-first")
+        p.reorder_wait_s = 60.0
+        later = asyncio.create_task(_append(p, _idem(2, 2)))  # no state for the pid yet
+        await async_wait_for(
+            lambda: _ready(_waits("reorder-first") == 1),
+            timeout=30,
+            what="the overtaking batch to wait",
+        )
+        assert await _append(p, _idem(2, 0)) == (0, 1)
+        assert await asyncio.wait_for(later, 30) == (2, 3)
+
+    asyncio.run(main())
+
+
+def test_a_real_gap_is_refused_after_the_wait_and_appends_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        p = await _leader(tmp_path, "reorder-gap")
+        p.reorder_wait_s = 0.05
+        assert await _append(p, _idem(2, 0)) == (0, 1)
+        with pytest.raises(OutOfOrderSequenceNumberError):
+            await _append(p, _idem(2, 5))
+        with pytest.raises(UnknownProducerIdError):
+            await _append(p, _idem(1, 9, pid=PID + 1))
+        assert p.log_end_offset == 2
+        assert _waits("reorder-gap") == 2
+        # the producer goes on from where it really is
+        assert await _append(p, _idem(1, 2)) == (2, 2)
+
+    asyncio.run(main())
+
+
+def test_duplicates_and_other_producers_do_not_wait(tmp_path: Path) -> None:
+    async def main() -> None:
+        p = await _leader(tmp_path, "reorder-none")
+        p.reorder_wait_s = 60.0
+        b0, b1 = _idem(2, 0), _idem(2, 2)
+        assert await _append(p, b0) == (0, 1)
+        assert await _append(p, b1) == (2, 3)
+        assert await _append(p, b0) == (0, 1)  # a retry of an appended batch: its offsets
+        assert await _append(p, _idem(1, 0, pid=PID + 1)) == (4, 4)
+        plain = encode_batch([b"x", b"y"])
+        assert await _append(p, plain) == (5, 6)
+        assert await _append(p, _idem(1, 0, epoch=1)) == (7, 7)  # a new epoch starts at 0
+        assert _waits("reorder-none") == 0
+
+    asyncio.run(main())
+
+
+async def _ready(value: bool) -> bool | None:
+    return True if value else None
