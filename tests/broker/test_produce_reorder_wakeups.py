@@ -11,14 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from prometheus_client import REGISTRY
 
 from headwater.batch import encode_batch, validate_batches
 from headwater.batch.layout import BatchHeader
-from headwater.config import TopicConfig
 from headwater.errors import InvalidProducerEpochError, NotLeaderOrFollowerError
 from services.broker.partition import LeaderState, Partition
-from services.broker.storage.log import Log
+from tests.broker.test_produce_reorder import _leader as reorder_leader
+from tests.broker.test_produce_reorder import _waits
 from tests.helpers.wait import async_wait_for
 
 pytestmark = pytest.mark.fast
@@ -36,17 +35,8 @@ def _idem(n: int, seq: int, pid: int = PID, epoch: int = 0, txn: bool = False) -
     )
 
 
-def _waits(topic: str) -> float:
-    return (
-        REGISTRY.get_sample_value("headwater_broker_produce_reorder_waits_total", {"topic": topic})
-        or 0.0
-    )
-
-
 async def _leader(tmp_path: Path, topic: str) -> Partition:
-    config = TopicConfig()
-    p = Partition(topic, 0, Log(tmp_path / f"{topic}-0", config), config, 1)
-    await p.become_leader(LeaderState(1, 1, 0, (1,), (1,)), 0.0)
+    p = await reorder_leader(tmp_path, topic)
     p.reorder_wait_s = 60.0  # only a wake-up ends a wait in these tests
     return p
 
