@@ -98,8 +98,9 @@ def forget_partition(topic: str, partition: int) -> None:
 
 
 # ---- replication health, log shape and records out (issue 6 part 3) ----------------------
-# Gauges below are recomputed by :func:`refresh_partition_gauges` (a periodic broker task on
-# the event loop), counters are incremented where the event happens.
+# The replication-health gauges are computed when scraped (:func:`health_when_scraped`), the
+# log-shape gauges by :func:`refresh_log_shapes` (a periodic broker task on the event loop),
+# counters are incremented where the event happens.
 
 RECORDS_OUT = prom.Counter(
     "headwater_broker_records_out_total",
@@ -160,28 +161,45 @@ def observe_isr_change(old: tuple[int, ...], new: tuple[int, ...]) -> None:
         ISR_EXPANDS.inc()
 
 
-def refresh_partition_gauges(partitions: Iterable[Any], *, shapes: bool = True) -> None:
-    """Recompute the replication-health and (with ``shapes``) log-shape gauges from the
-    hosted partitions (``services.broker.partition.Partition``: ``topic``, ``partition``,
-    ``is_leader``, ``replicas``, ``isr``, ``config.min_insync_replicas``, ``log``). Call on
-    the loop. A partition's log-shape gauges are set only when they changed since they were
-    last set."""
+def replication_health(partitions: Iterable[Any]) -> tuple[int, int, int]:
+    """(under-replicated, at min ISR, under min ISR) among the led partitions of
+    ``partitions`` (``services.broker.partition.Partition``: ``is_leader``, ``replicas``,
+    ``isr``, ``config.min_insync_replicas``, ``log``)."""
     under = at_min = under_min = 0
     for p in partitions:
-        if p.log.closed:
-            continue
-        if shapes:
-            _refresh_shape(p)
-        if not p.is_leader:
+        if not p.is_leader or p.log.closed:
             continue
         isr = len(p.isr)
         min_isr = p.config.min_insync_replicas
         under += isr < len(p.replicas)
         at_min += isr == min_isr
         under_min += isr < min_isr
-    UNDER_REPLICATED.set(under)
-    AT_MIN_ISR.set(at_min)
-    UNDER_MIN_ISR.set(under_min)
+    return under, at_min, under_min
+
+
+def health_when_scraped(partitions: Callable[[], Iterable[Any]]) -> None:
+    """Compute the replication-health gauges from ``partitions()`` when they are scraped,
+    instead of walking every hosted partition every second whether anyone looks or not
+    (with thousands of partitions that walk was most of an idle broker's CPU). The scrape
+    runs in the metrics server's thread: ``partitions()`` must be safe to copy there (a
+    dict's ``values``: copied by one C call under the GIL); a partition changing meanwhile
+    is counted as it was or as it is."""
+
+    def count(which: int) -> float:
+        return float(replication_health(list(partitions()))[which])
+
+    UNDER_REPLICATED.set_function(lambda: count(0))
+    AT_MIN_ISR.set_function(lambda: count(1))
+    UNDER_MIN_ISR.set_function(lambda: count(2))
+
+
+def refresh_log_shapes(partitions: Iterable[Any]) -> None:
+    """Set the log-shape gauges of the hosted ``partitions`` (``topic``, ``partition``,
+    ``log``) whose segment count or size changed since they were last set. Call on the
+    loop."""
+    for p in partitions:
+        if not p.log.closed:
+            _refresh_shape(p)
 
 
 def _refresh_shape(p: Any) -> None:
@@ -196,20 +214,12 @@ def _refresh_shape(p: Any) -> None:
             LOG_SIZE.labels(p.topic, str(p.partition)).set(shape[1])
 
 
-#: The log-shape gauges are refreshed on every this many passes of :func:`refresh_every` (a
-#: log's size is also set at each append, ``set_log_size``; its segment count changes at a
-#: roll or retention): with thousands of partitions, their walk every second was most of an
-#: idle broker's remaining CPU.
-SHAPE_EVERY = 15
-
-
 async def refresh_every(interval_s: float, partitions: Callable[[], Iterable[Any]]) -> None:
-    """Run :func:`refresh_partition_gauges` every ``interval_s`` seconds (until cancelled),
-    the log shapes every :data:`SHAPE_EVERY` passes."""
-    n = 0
+    """Run :func:`refresh_log_shapes` every ``interval_s`` seconds (until cancelled). A log's
+    size is also set at each append (``set_log_size``); its segment count changes at a roll
+    or retention, so a period of many seconds is enough."""
     while True:
-        refresh_partition_gauges(list(partitions()), shapes=n % SHAPE_EVERY == 0)
-        n += 1
+        refresh_log_shapes(list(partitions()))
         await asyncio.sleep(interval_s)
 
 

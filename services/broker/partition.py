@@ -56,7 +56,7 @@ import asyncio
 import enum
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -219,6 +219,10 @@ class Partition:
         self._append_lock = asyncio.Lock()
         #: see :data:`REORDER_WAIT_S` (an attribute so a test can lengthen it)
         self.reorder_wait_s = REORDER_WAIT_S
+        #: produce calls in that wait, by producer id: woken by an append or a marker of that
+        #: producer or a role change, not by every append and HW move (W waiting calls would
+        #: cost W wake-ups per append of anyone)
+        self._reorder_waiters: dict[int, set[asyncio.Future[None]]] = {}
         self._changed = asyncio.Event()
         self._append_watchers: set[asyncio.Future[None]] = set()
         self._listeners: set[Callable[[Partition], None]] = set()
@@ -313,6 +317,7 @@ class Partition:
             self._refresh_unstable()
             self._advance_high_watermark()
         self._notify()
+        self._wake_reorder_waiters()
         return new
 
     async def become_follower(self, s: LeaderState) -> bool:
@@ -334,6 +339,7 @@ class Partition:
             )
             self._refresh_unstable()
         self._notify()
+        self._wake_reorder_waiters()
         return restart
 
     def apply_isr_change(self, s: LeaderState) -> bool:
@@ -364,6 +370,7 @@ class Partition:
         self.role = Role.OFFLINE
         self.storage_error = storage_error
         self._notify()
+        self._wake_reorder_waiters()
 
     # ------------------------------------------------------------------ notification
 
@@ -391,6 +398,21 @@ class Partition:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
         self._notify_appended()
+
+    def _wake_reorder_waiters(self, producer_ids: Iterable[int] | None = None) -> None:
+        """Wake the produce calls waiting for earlier batches of ``producer_ids`` (None:
+        all of them, at a role change): each checks again (:meth:`_await_predecessors`)."""
+        if not self._reorder_waiters:
+            return
+        if producer_ids is None:
+            woken = list(self._reorder_waiters.values())
+            self._reorder_waiters = {}
+        else:
+            woken = [w for pid in producer_ids if (w := self._reorder_waiters.pop(pid, None))]
+        for waiters in woken:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def _notify_appended(self) -> None:
         watchers, self._append_watchers = self._append_watchers, set()
@@ -551,6 +573,7 @@ class Partition:
             self._refresh_unstable()
             self._advance_high_watermark()
             self._notify_appended()
+            self._wake_reorder_waiters({h.producer_id for _, h in batches})
         duplicate = bool(info.duplicate)
         records = sum(h.record_count for _, h in batches)
         if duplicate:
@@ -577,8 +600,11 @@ class Partition:
     ) -> None:
         """Wait until the producer's earlier batches are appended (each append wakes this),
         for at most ``reorder_wait_s`` (and the request's ``timeout_ms``), while this replica
-        leads; then :meth:`append` goes on and its sequence check decides."""
+        leads; then :meth:`append` goes on and its sequence check decides. Woken only by
+        that producer's appends and markers and by role changes (:meth:`_wake_reorder_waiters`).
+        """
         metrics.PRODUCE_REORDER_WAITS.labels(self.topic).inc()
+        pid = batches[0][1].producer_id
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(self.reorder_wait_s, max(timeout_ms, 0) / 1000.0)
         while self.role is Role.LEADER and self.log.ahead_of_sequence(batches):
@@ -586,13 +612,17 @@ class Partition:
             if remaining <= 0:
                 return
             appended: asyncio.Future[None] = loop.create_future()
-            self.watch_appended(appended)
+            self._reorder_waiters.setdefault(pid, set()).add(appended)
             try:
                 await timeouts.wait_for(appended, remaining)
             except TimeoutError:
                 return
             finally:
-                self.unwatch_appended(appended)
+                waiters = self._reorder_waiters.get(pid)
+                if waiters is not None:
+                    waiters.discard(appended)
+                    if not waiters:
+                        del self._reorder_waiters[pid]
 
     async def write_marker(
         self,
@@ -626,6 +656,7 @@ class Partition:
             self._refresh_unstable()
             self._advance_high_watermark()
             self._notify()
+            self._wake_reorder_waiters((producer_id,))
         metrics.TXN_MARKERS.labels(self.topic, "commit" if committed else "abort").inc()
         metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
         offset = int(info.last_offset)

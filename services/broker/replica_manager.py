@@ -578,8 +578,7 @@ class ReplicaManager:
     async def retention_pass(self) -> None:
         """Delete expired segments (time and size retention) of every hosted log."""
         await self._maintenance(lambda: self.log_manager.retention_pass(now_ms()))
-        for p in list(self.partitions.values()):
-            metrics.set_log_size(p.topic, p.partition, int(p.log.size_in_bytes))
+        metrics.refresh_log_shapes(list(self.partitions.values()))  # those that changed
 
     async def flush_pass(self) -> None:
         """fsync logs whose flush.messages / flush.ms policy is due."""

@@ -19,7 +19,11 @@ Who owns what:
     configs (topic defaults) to hosted partitions (``dynamic_config.py``);
   - ``broker-retention``: every ``--log-retention-check-interval-ms``, deletes expired
     segments;
-  - ``broker-flush``: every ``FLUSH_INTERVAL_S``, fsyncs logs whose flush policy is due;
+  - ``broker-flush``: every ``FLUSH_INTERVAL_S``, fsyncs logs whose flush policy is due and
+    writes changed leader-epoch files behind, looking only at logs changed since the last
+    pass (``LogManager.flush_pass``);
+  - ``broker-metrics``: every ``LOG_SHAPE_INTERVAL_S``, sets the log-shape gauges that
+    changed (the replication-health gauges are computed when scraped);
   - ``broker-log-cleaner``: every ``--log-cleaner-backoff-ms``, one compaction pass over each
     hosted log whose cleanup.policy includes compact, one log at a time in a worker thread,
     bounded by the partition's high watermark and throttled to
@@ -88,7 +92,7 @@ log = logging.getLogger(__name__)
 
 RETENTION_INTERVAL_S = 30.0
 FLUSH_INTERVAL_S = 1.0
-METRICS_INTERVAL_S = 1.0
+LOG_SHAPE_INTERVAL_S = 15.0
 STOP_GRACE_S = 1.0
 HW_CHECKPOINT_INTERVAL_S = 1.0
 
@@ -349,8 +353,9 @@ def _start_tasks(
     # time and size retention: delete whole expired segments
     retention_s = settings.retention_check_interval_ms / 1000
     proc.task("broker-retention", _every(retention_s, "retention", rm.retention_pass))
-    # replication-health and log-shape gauges (services.broker.metrics)
-    proc.task("broker-metrics", metrics.refresh_every(METRICS_INTERVAL_S, rm.partitions.values))
+    # log-shape gauges (services.broker.metrics; replication health is computed when scraped)
+    metrics.health_when_scraped(rm.partitions.values)
+    proc.task("broker-metrics", metrics.refresh_every(LOG_SHAPE_INTERVAL_S, rm.partitions.values))
     # flush.messages / flush.ms
     proc.task("broker-flush", _every(FLUSH_INTERVAL_S, "flush", rm.flush_pass))
     # log compaction of compacted topics

@@ -192,3 +192,120 @@ def test_the_flush_pass_writes_changed_epoch_files_behind(tmp_path, clock, monke
     assert fsyncs == []
     monkeypatch.undo()
     mgr.close()
+
+
+def test_the_flush_pass_looks_only_at_logs_that_changed(tmp_path, clock, monkeypatch):
+    """An idle pass looks at no log; a changed log is looked at by the next pass, and one
+    whose flush is due later under ``flush.ms`` stays looked at until it is flushed, with no
+    further change. A log changed from another thread is seen as well."""
+    from services.broker.storage.log import Log
+
+    mgr = LogManager([tmp_path], clock=clock)
+    timed = TopicConfig(flush_ms=1000)
+    logs = [mgr.get_or_create("t", p, timed if p == 2 else TopicConfig()) for p in range(4)]
+    mgr.sync_created()
+    mgr.flush_pass(clock())  # the new logs, once
+    mgr.flush_pass(clock())  # what that pass itself did to them
+    looked: list[Log] = []
+    real = Log.maybe_flush
+
+    def maybe_flush(self: Log, now_ms: int) -> bool:
+        looked.append(self)
+        return real(self, now_ms)
+
+    monkeypatch.setattr(Log, "maybe_flush", maybe_flush)
+    assert mgr.flush_pass(clock()) == 0 and looked == []  # idle: no log looked at
+    assert mgr.retention_pass(clock()) == 0  # one segment each: passed over, not "changed"
+    assert mgr.flush_pass(clock()) == 0 and looked == []
+
+    append(logs[1], make_batch(2))
+    logs[3].assign_epoch(4)
+    mgr.flush_pass(clock())
+    assert sorted(looked, key=id) == sorted([logs[1], logs[3]], key=id)
+    assert leader_epoch_entries(logs[3]) == [(4, 0)]  # written behind by that pass
+    looked.clear()
+    mgr.flush_pass(clock())  # their pass took their locks (maybe_flush): once more
+    looked.clear()
+    assert mgr.flush_pass(clock()) == 0 and looked == []
+
+    append(logs[2], make_batch(3))  # flush.ms=1000: due in a second
+    clock.advance(10)
+    assert mgr.flush_pass(clock()) == 0 and looked == [logs[2]]
+    clock.advance(10)
+    assert mgr.flush_pass(clock()) == 0 and looked == [logs[2], logs[2]]  # not due, kept
+    assert logs[2].recovery_point == 0
+    clock.advance(1000)
+    assert mgr.flush_pass(clock()) == 1 and logs[2].recovery_point == 3
+    looked.clear()
+    mgr.flush_pass(clock())
+    looked.clear()
+    assert mgr.flush_pass(clock()) == 0 and looked == []
+
+    import threading
+
+    writer = threading.Thread(target=lambda: append(logs[0], make_batch(1)))
+    writer.start()
+    writer.join()
+    mgr.flush_pass(clock())
+    assert looked == [logs[0]]
+    monkeypatch.undo()
+    mgr.close()
+
+
+def test_a_failed_flush_keeps_the_log_for_the_next_pass(tmp_path, clock, monkeypatch):
+    """A flush that raises leaves its log (and the logs not reached) for the next pass."""
+    from services.broker.storage.log import Log
+
+    mgr = LogManager([tmp_path], clock=clock)
+    log = mgr.get_or_create("t", 0, TopicConfig(flush_ms=0))
+    mgr.sync_created()
+    mgr.flush_pass(clock())
+    append(log, make_batch(2))
+    real = Log.flush
+
+    def failing(self: Log) -> None:
+        raise KafkaStorageError("EIO")
+
+    monkeypatch.setattr(Log, "flush", failing)
+    with pytest.raises(KafkaStorageError):
+        mgr.flush_pass(clock())
+    monkeypatch.setattr(Log, "flush", real)
+    assert mgr.flush_pass(clock()) == 1 and log.recovery_point == 2
+    mgr.close()
+
+
+def leader_epoch_entries(log):
+    from services.broker.storage import leader_epoch
+
+    return [(e.epoch, e.start_offset) for e in leader_epoch.read_entries(log.dir)]
+
+
+def test_a_burst_of_new_epochs_is_written_behind_over_several_passes(tmp_path, clock, monkeypatch):
+    """A failover's thousands of new epochs: each pass writes at most EPOCH_WRITES_PER_PASS
+    files, oldest change first, and the rest stay for the next passes until all are written;
+    a flush that moves a log's recovery point writes (and fsyncs) its file itself."""
+    from services.broker.storage import leader_epoch, log_manager
+
+    monkeypatch.setattr(log_manager, "EPOCH_WRITES_PER_PASS", 2)
+    mgr = LogManager([tmp_path], clock=clock)
+    logs = [mgr.get_or_create("t", p, TopicConfig()) for p in range(5)]
+    mgr.sync_created()
+    mgr.flush_pass(clock())
+    mgr.flush_pass(clock())
+    for epoch, log in enumerate(logs, start=1):
+        log.assign_epoch(epoch)
+
+    def on_file() -> list[int]:
+        return [p for p, log in enumerate(logs) if leader_epoch.read_entries(log.dir)]
+
+    mgr.flush_pass(clock())
+    assert on_file() == [0, 1]
+    mgr.flush_pass(clock())
+    assert on_file() == [0, 1, 2, 3]
+    logs[4].flush()  # a flush does not wait for the pass
+    assert on_file() == [0, 1, 2, 3, 4]
+    mgr.flush_pass(clock())
+    assert all(not log.epochs.dirty for log in logs)
+    for epoch, log in enumerate(logs, start=1):
+        assert leader_epoch.read_entries(log.dir) == [leader_epoch.EpochEntry(epoch, 0)]
+    mgr.close()

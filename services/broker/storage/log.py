@@ -52,7 +52,7 @@ state and the aborted-transaction indexes (``producer_recovery.py``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from headwater.batch.codec import now_ms, verify_crc
@@ -456,6 +456,30 @@ class Log(LogCleanup, LogReads):
             and cp.log_start_offset == self._log_start
             and cp.recovery_point == self._recovery_point
         )
+
+    def wants_flush_pass(self) -> bool:
+        """Whether a later flush pass may have work here without any further change to the
+        log: an epoch file to write behind, sealed segments to fsync, unflushed appends under
+        a ``flush.ms`` policy (due later), or a checkpoint to write. Read without the lock,
+        like :meth:`_nothing_to_flush`; a change made meanwhile releases the log's lock,
+        which reports the log changed again (``log_state.ReportingLock``)."""
+        if self._closed:
+            return False
+        cp = self._written_checkpoint
+        return bool(
+            self.epochs.dirty
+            or self._sealed_unflushed
+            or (self.config.flush_ms >= 0 and self._first_unflushed_ms is not None)
+            or cp is None
+            or cp.log_start_offset != self._log_start
+            or cp.recovery_point != self._recovery_point
+        )
+
+    def on_change(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener`` after every change of this log's state (each release of its
+        lock, by whichever thread made it; it must be cheap): the ``LogManager`` keeps the
+        set of logs its flush pass must look at with it."""
+        self._lock.on_release = listener
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Periodic flush policy; True when it fsynced the active segment.

@@ -27,7 +27,11 @@ class LogCleanup(LogState):
         by size while the log minus that segment is still >= ``retention.bytes``. The
         active segment is never deleted. Advances (and checkpoints) the log start offset.
         Does nothing when cleanup.policy does not include ``delete`` (compact only).
+        A log of one segment (most of them on a broker with thousands) is passed over
+        without its lock: taking it would report the log changed to the flush pass.
         """
+        if not self._closed and len(self._segments) < 2:
+            return 0  # only the active segment, which is never deleted
         with self._lock:
             self._check_open()
             cfg, segs = self.config, self._segments

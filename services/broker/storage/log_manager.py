@@ -29,6 +29,14 @@ Threads: the partition map is guarded by a lock, so any thread may call these me
 partition's own writer through the log's internal lock; closed logs are skipped. The flush
 pass also writes behind the leader-epoch files that lack new entries (``write_epochs_behind``,
 one write per changed log, under each cache's own file lock, not the log's).
+
+The flush pass runs every second and its work is proportional to what changed, not to the
+number of logs: each log reports every change of its state (``Log.on_change``, any thread)
+into a set of changed logs, and a pass takes that set, does what the flush policy and the
+epoch files ask of those logs, and keeps for the next pass only those that may still have
+work without a further change (``Log.wants_flush_pass``: a ``flush.ms`` not yet due, a
+failed write, an epoch file left for a later pass by :data:`EPOCH_WRITES_PER_PASS`), oldest
+change first. An idle broker's pass looks at no log at all.
 """
 
 from __future__ import annotations
@@ -51,6 +59,12 @@ from services.broker.storage.log import Clock, Log
 _log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
+#: Leader-epoch files one flush pass writes behind at most: a failover gives thousands of
+#: logs a new epoch at once, and writing all their files (a temporary file and a rename
+#: each) in the second the new leaders start serving competed with them for the CPU; the
+#: rest are written by the following passes (the logs stay in the changed set), and a flush
+#: that moves a log's recovery point still writes and fsyncs its file first.
+EPOCH_WRITES_PER_PASS = 256
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
@@ -81,6 +95,11 @@ class LogManager:
         self._lock = threading.Lock()
         self._logs: dict[tuple[str, int], Log] = {}
         self._home: dict[tuple[str, int], Path] = {}
+        #: partitions placed in each log directory (``_home`` counted, for placements)
+        self._placed: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
+        #: logs changed since the flush pass last looked at them (guarded by ``_changed_lock``)
+        self._changed: dict[Log, None] = {}  # a set in the order the logs changed
+        self._changed_lock = threading.Lock()
         self._configured: set[tuple[str, int]] = set()
         #: each log's stored topic id (None: a directory from before topic ids were stored).
         self._topic_ids: dict[tuple[str, int], str | None] = {}
@@ -113,8 +132,8 @@ class LogManager:
                         f"partition {tp[0]}-{tp[1]} found in both {self._home[tp]} and {d}"
                     )
                 self._topic_ids[tp] = partition_metadata.read_topic_id(entry)
-                self._logs[tp] = Log(entry, self.default_config, clock=self._clock)
-                self._home[tp] = d
+                self._logs[tp] = self._track(Log(entry, self.default_config, clock=self._clock))
+                self._set_home(tp, d)
 
     # -- lookup and creation ------------------------------------------------------------
 
@@ -145,12 +164,12 @@ class LogManager:
                     log = self._logs.get(tp)
                     if log is not None and log.closed:
                         log = Log(self._home[tp] / name, config, clock=self._clock)
-                        self._logs[tp] = log
+                        self._logs[tp] = self._track(log)
                     elif log is not None:
                         log.update_config(config)
                     else:
                         home = self._least_loaded_dir()
-                        self._home[tp] = home  # placed: counts for the next placements
+                        self._set_home(tp, home)  # placed: counts for the next placements
                         busy = self._creating[tp] = threading.Event()
                         break
                     return self._finish(tp, log, topic_id)
@@ -169,14 +188,14 @@ class LogManager:
             log = Log(home / name, config, clock=self._clock)
         except BaseException:
             with self._lock:
-                self._home.pop(tp, None)
+                self._drop_home(tp)
                 self._creating.pop(tp).set()
             raise
         with self._lock:
             if topic_id:
                 self._topic_ids[tp] = topic_id
-            self._logs[tp] = log
-            self._home[tp] = home
+            self._logs[tp] = self._track(log)
+            self._set_home(tp, home)
             self._creating.pop(tp).set()
             return self._finish(tp, log, topic_id)
 
@@ -207,16 +226,35 @@ class LogManager:
 
     def _forget(self, tp: tuple[str, int]) -> Log | None:
         """Drop ``tp`` from every map (caller holds the lock); its log, if any."""
-        self._home.pop(tp, None)
+        self._drop_home(tp)
         self._configured.discard(tp)
         self._topic_ids.pop(tp, None)
         return self._logs.pop(tp, None)
 
+    def _set_home(self, tp: tuple[str, int], home: Path) -> None:
+        """Place ``tp`` in ``home`` (caller holds the lock)."""
+        self._drop_home(tp)
+        self._home[tp] = home
+        self._placed[home] += 1
+
+    def _drop_home(self, tp: tuple[str, int]) -> None:
+        home = self._home.pop(tp, None)
+        if home is not None:
+            self._placed[home] -= 1
+
     def _least_loaded_dir(self) -> Path:
-        counts = dict.fromkeys(self.log_dirs, 0)
-        for home in self._home.values():
-            counts[home] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        # counted as placed, not by walking every partition: thousands of creations at once
+        return min(self.log_dirs, key=lambda d: self._placed[d])
+
+    def _track(self, log: Log) -> Log:
+        """Have ``log`` report its changes to the flush pass, which looks at it once now."""
+        log.on_change(lambda: self._mark_changed(log))
+        self._mark_changed(log)
+        return log
+
+    def _mark_changed(self, log: Log) -> None:
+        with self._changed_lock:
+            self._changed[log] = None
 
     def get(self, topic: str, partition: int) -> Log | None:
         with self._lock:
@@ -294,19 +332,34 @@ class LogManager:
         return sum(lg.delete_retention(now_ms) for lg in logs if not lg.closed)
 
     def flush_pass(self, now_ms: int) -> int:
-        """Write the leader-epoch files that lack entries (``write_epochs_behind``), then
-        apply the flush policy to every open log; logs whose active segment was fsynced."""
-        logs = self._open_logs()
-        self.write_epochs_behind(logs)
-        return sum(1 for log in logs if log.maybe_flush(now_ms))
+        """For every log changed since the last pass (module doc): write its leader-epoch
+        file when it lacks entries (``write_epochs_behind``), then apply the flush policy;
+        logs whose active segment was fsynced. Logs that may have more work later stay for
+        the next pass, also when a flush fails (KafkaStorageError, raised)."""
+        with self._changed_lock:
+            changed, self._changed = self._changed, {}
+        logs = [log for log in changed if not log.closed]
+        try:
+            self.write_epochs_behind(logs, limit=EPOCH_WRITES_PER_PASS)
+            return sum(1 for log in logs if log.maybe_flush(now_ms))
+        finally:
+            again = [log for log in logs if log.wants_flush_pass()]
+            if again:
+                with self._changed_lock:
+                    self._changed = {**dict.fromkeys(again), **self._changed}  # first
 
-    def write_epochs_behind(self, logs: Iterable[Log] | None = None) -> int:
-        """Write every leader-epoch file that lacks entries of its cache, without fsync (a
-        failover's new epochs are kept in memory at once: ``leader_epoch`` module doc); the
-        number written. A log whose write fails is logged and tried again by the next pass
-        (its next flush, which must fsync the file, raises the error)."""
+    def write_epochs_behind(
+        self, logs: Iterable[Log] | None = None, *, limit: int | None = None
+    ) -> int:
+        """Write every leader-epoch file (of ``logs``; None: of every open log) that lacks
+        entries of its cache, without fsync (a failover's new epochs are kept in memory at
+        once: ``leader_epoch`` module doc), at most ``limit`` of them; the number written.
+        A log whose write fails is logged and tried again by the next pass (its next flush,
+        which must fsync the file, raises the error)."""
         written, failed = 0, []
         for lg in self._open_logs() if logs is None else logs:
+            if limit is not None and written >= limit:
+                break
             try:
                 written += lg.write_epochs_behind()
             except KafkaStorageError as exc:

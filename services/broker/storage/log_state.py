@@ -6,6 +6,11 @@ that keep it consistent: the read snapshot, the partition checkpoint and the pro
 ``log.py``: loading, appending, rolling, flushing and the lifecycle). Fields starting with
 ``_`` are changed only under ``_lock`` (except by the loader, before the log is shared); the
 read snapshot ``_snap`` is replaced, never changed, by :meth:`LogState._publish`.
+
+Since every change of a log's state happens under ``_lock``, the lock is a
+:class:`ReportingLock`: each release calls the log's ``on_change`` listener (set by the
+``LogManager``), which is how the periodic flush pass visits only the logs that changed
+since it last looked instead of every log every second.
 """
 
 from __future__ import annotations
@@ -26,6 +31,32 @@ from services.broker.storage.segment import LogSegment
 Clock = Callable[[], int]
 
 
+class ReportingLock:
+    """A re-entrant lock that calls ``on_release`` (when set) after each release: any thread,
+    no lock held by then; the listener must be cheap and must not take this lock."""
+
+    __slots__ = ("_lock", "on_release")
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.on_release: Callable[[], None] | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+        listener = self.on_release
+        if listener is not None:
+            listener()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class LogState:
     """A partition log's fields and consistency helpers (see module doc); not used alone."""
 
@@ -33,7 +64,7 @@ class LogState:
         self.dir = Path(directory)
         self.config = config
         self._clock = clock
-        self._lock = threading.RLock()
+        self._lock = ReportingLock()
         self._segments: list[LogSegment] = []
         self._sealed_unflushed: list[LogSegment] = []
         self._leo = 0
