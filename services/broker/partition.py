@@ -109,6 +109,14 @@ _INLINE_READ_BYTES = 256 * 1024
 #: order); refused, the later batch came back after the client's retry backoff with the
 #: partition down to one request in flight (issue 17 item 5, docs/benchmarks.md).
 REORDER_WAIT_S = 1.0
+#: At most this many produce calls of one producer wait in that reorder wait on a partition:
+#: with at most 5 batches unacknowledged (Kafka's idempotent window), at most 4 can be ahead
+#: of the one missing. A call beyond it is not held: the sequence check decides at once.
+REORDER_MAX_WAITING_PER_PRODUCER = 4
+#: At most this many produce calls wait in that reorder wait on one partition, all producers
+#: together: the memory the waits hold per partition is bounded by it times the largest
+#: request, whatever the clients send.
+REORDER_MAX_WAITING = 64
 
 #: Producer-state rejections, by exception class, as the rejection metric's ``reason`` label.
 _REJECTION_REASONS: dict[type[Exception], str] = {
@@ -602,9 +610,16 @@ class Partition:
         for at most ``reorder_wait_s`` (and the request's ``timeout_ms``), while this replica
         leads; then :meth:`append` goes on and its sequence check decides. Woken only by
         that producer's appends and markers and by role changes (:meth:`_wake_reorder_waiters`).
+        Not held at all when :data:`REORDER_MAX_WAITING_PER_PRODUCER` calls of this producer
+        or :data:`REORDER_MAX_WAITING` calls in all already wait here.
         """
-        metrics.PRODUCE_REORDER_WAITS.labels(self.topic).inc()
         pid = batches[0][1].producer_id
+        mine = self._reorder_waiters.get(pid)
+        if (mine is not None and len(mine) >= REORDER_MAX_WAITING_PER_PRODUCER) or sum(
+            map(len, self._reorder_waiters.values())
+        ) >= REORDER_MAX_WAITING:
+            return  # bounded: not held (see the two limits)
+        metrics.PRODUCE_REORDER_WAITS.labels(self.topic).inc()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(self.reorder_wait_s, max(timeout_ms, 0) / 1000.0)
         while self.role is Role.LEADER and self.log.ahead_of_sequence(batches):

@@ -130,3 +130,36 @@ def test_duplicates_and_other_producers_do_not_wait(tmp_path: Path) -> None:
 
 async def _ready(value: bool) -> bool | None:
     return True if value else None
+
+
+def test_waiting_calls_are_bounded_per_producer_and_per_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client cannot park an unbounded number of far-ahead calls (and their buffers): past
+    the per-producer and per-partition limits a call is not held, and the sequence check
+    refuses it at once, appending nothing; the calls already waiting still land in order."""
+    from services.broker import partition as partition_mod
+
+    async def main() -> None:
+        p = await _leader(tmp_path, "reorder-bound")
+        p.reorder_wait_s = 60.0  # a held call would make this test wait a minute
+        assert await _append(p, _idem(1, 0)) == (0, 0)
+        # sequences 2, 3, 4, 5 (1 is missing): four calls of one producer wait
+        held = [asyncio.create_task(_append(p, _idem(1, s))) for s in (2, 3, 4, 5)]
+        await async_wait_for(
+            lambda: _ready(_waits("reorder-bound") == 4), timeout=30, what="four waiting calls"
+        )
+        with pytest.raises(OutOfOrderSequenceNumberError):  # the fifth is not held
+            await asyncio.wait_for(_append(p, _idem(1, 6)), 30)
+        assert _waits("reorder-bound") == 4
+        # the partition's limit counts every producer's waiting calls
+        monkeypatch.setattr(partition_mod, "REORDER_MAX_WAITING", 4)
+        with pytest.raises(UnknownProducerIdError):
+            await asyncio.wait_for(_append(p, _idem(1, 3, pid=PID + 1)), 30)
+        assert p.log_end_offset == 1
+        assert not any(t.done() for t in held)
+        assert await _append(p, _idem(1, 1)) == (1, 1)
+        assert [await asyncio.wait_for(t, 30) for t in held] == [(s, s) for s in (2, 3, 4, 5)]
+        assert p.log_end_offset == 6
+
+    asyncio.run(main())
