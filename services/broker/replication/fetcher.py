@@ -83,6 +83,19 @@ class SessionError(Exception):
     """The leader refused or ended the session: reconnect after a backoff."""
 
 
+async def write_request(
+    call: grpc.aio.StreamStreamCall, req: broker_pb2.ReplicaFetchRequest
+) -> None:
+    """Send one request on the session's stream (bounded by RPC_TIMEOUT_S). A stream the
+    leader's side has already ended (the leader died or closed it) is a :class:`SessionError`,
+    retried with the usual backoff: grpc.aio reports a write to a finished call as
+    ``asyncio.InvalidStateError`` rather than as the call's status."""
+    try:
+        await timeouts.wait_for(call.write(req), RPC_TIMEOUT_S)
+    except asyncio.InvalidStateError:
+        raise SessionError("the leader's side of the stream has ended") from None
+
+
 class LeaderFetcher:
     """The fetch session with one leader broker (see module doc)."""
 
@@ -231,7 +244,7 @@ class LeaderFetcher:
     async def _round(
         self, call: grpc.aio.StreamStreamCall, req: broker_pb2.ReplicaFetchRequest
     ) -> None:
-        await timeouts.wait_for(call.write(req), RPC_TIMEOUT_S)
+        await write_request(call, req)
         resp = await timeouts.wait_for(call.read(), RPC_TIMEOUT_S + MAX_WAIT_MS / 1000)
         if resp is grpc.aio.EOF:
             raise SessionError("leader closed the stream")
