@@ -10,13 +10,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from prometheus_client import REGISTRY
 
 from headwater.batch import encode_batch, validate_batches
-from headwater.config import TopicConfig
 from headwater.errors import OutOfOrderSequenceNumberError, UnknownProducerIdError
-from services.broker.partition import LeaderState, Partition
-from services.broker.storage.log import Log
+from services.broker.partition import Partition
+from tests.broker.reorder_helpers import reorder_leader as _leader
+from tests.broker.reorder_helpers import reorder_waits as _waits
 from tests.helpers.wait import async_wait_for
 
 pytestmark = pytest.mark.fast
@@ -31,20 +30,6 @@ def _idem(n: int, seq: int, pid: int = PID, epoch: int = 0) -> bytes:
         producer_epoch=epoch,
         base_sequence=seq,
     )
-
-
-def _waits(topic: str) -> float:
-    return (
-        REGISTRY.get_sample_value("headwater_broker_produce_reorder_waits_total", {"topic": topic})
-        or 0.0
-    )
-
-
-async def _leader(tmp_path: Path, topic: str) -> Partition:
-    config = TopicConfig()
-    p = Partition(topic, 0, Log(tmp_path / f"{topic}-0", config), config, 1)
-    await p.become_leader(LeaderState(1, 1, 0, (1,), (1,)), 0.0)
-    return p
 
 
 async def _append(p: Partition, buf: bytes, timeout_ms: int = 30_000) -> tuple[int, int]:

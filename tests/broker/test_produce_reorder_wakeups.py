@@ -16,8 +16,8 @@ from headwater.batch import encode_batch, validate_batches
 from headwater.batch.layout import BatchHeader
 from headwater.errors import InvalidProducerEpochError, NotLeaderOrFollowerError
 from services.broker.partition import LeaderState, Partition
-from tests.broker.test_produce_reorder import _leader as reorder_leader
-from tests.broker.test_produce_reorder import _waits
+from tests.broker.reorder_helpers import reorder_leader
+from tests.broker.reorder_helpers import reorder_waits as _waits
 from tests.helpers.wait import async_wait_for
 
 pytestmark = pytest.mark.fast
