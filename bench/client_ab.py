@@ -2,14 +2,15 @@
 
     .venv/bin/python bench/client_ab.py --tree before=/path/to/old/checkout --tree after=. \\
         [--rounds 4] [--brokers 3] [--rf 3] [--acks all] [--record-size 1024] \\
-        [--num-records 300000] [--max-seconds 20] [--out rows.jsonl]
+        [--num-records 300000] [--max-seconds 20] [--partitions 1] [--mode many] [--out rows.jsonl]
 
 Starts one :class:`~headwater.dev.cluster.LocalCluster` from *this* tree (so the brokers are
 the same for every run), then runs ``headwater bench produce --mode many`` (the row
-``produce-max`` of bench/side_by_side.py) with each tree's client in turn, ``--rounds`` times,
-alternating A, B, A, B... so that a change in the machine's load hits both alike. Each run
-writes a fresh topic (1 partition, ``--rf`` replicas, ``min.insync.replicas`` as the broker
-default). Prints one line per run (with the client process's CPU seconds, ``client_cpu_s``)
+``produce-max`` of bench/side_by_side.py; ``--mode sync`` or ``produce`` for its per-record
+rows) with each tree's client in turn, ``--rounds`` times, alternating A, B, A, B... so that a
+change in the machine's load hits both alike. Each run writes a fresh topic (``--partitions``,
+``--rf`` replicas, ``min.insync.replicas`` as the broker default). Prints one line per run
+(with the client process's CPU seconds, ``client_cpu_s``)
 and the median per tree; stops the cluster by PID.
 """
 
@@ -50,11 +51,11 @@ def run_once(tree: Path, bootstrap: str, topic: str, args: argparse.Namespace) -
         "--acks",
         args.acks,
         "--partitions",
-        "1",
+        str(args.partitions),
         "--replication-factor",
         str(args.rf),
         "--mode",
-        "many",
+        args.mode,
         "--max-seconds",
         str(args.max_seconds),
         "--warmup-records",
@@ -82,6 +83,14 @@ def main() -> None:
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--num-records", type=int, default=300_000)
     ap.add_argument("--max-seconds", type=float, default=20)
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument(
+        "--mode",
+        default="many",
+        choices=("many", "sync", "produce", "send"),
+        help="the `headwater bench produce --mode` (many: send_many; sync: blocking "
+        "Producer.send per record; produce: AsyncProducer.produce per record)",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     trees = [(name, Path(path).resolve()) for name, path in (t.split("=", 1) for t in args.tree)]
