@@ -51,6 +51,7 @@ from headwater.client.bulk import BulkAppender, check_bytes
 from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.errors import ProducerClosedError
 from headwater.client.metadata import Metadata
+from headwater.client.producer_batch import ProducerBatch
 from headwater.client.producer_config import ProducerConfig
 from headwater.client.producer_config import parse_acks as parse_acks  # re-exported
 from headwater.client.producer_parts import build_parts
@@ -59,6 +60,11 @@ from headwater.client.security import ClientSecurity
 from headwater.client.sender import Sender
 from headwater.client.topic_partitions import TopicPartitions
 from headwater.client.types import GroupMetadata, RecordMetadata, TopicPartition
+
+try:  # the per-record call's common case in C (optional: absent without a C compiler)
+    from headwater.client._cproduce import FastProduce
+except ImportError:
+    FastProduce = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +188,34 @@ class AsyncProducer:
             self._topics, self._bulk, self._txn = parts.topics, parts.bulk, parts.txn
             # last: produce() from another thread starts once _acc is set
             self._acc = parts.acc
+            self._bind_fast_produce()
             task = asyncio.get_running_loop().create_task(self._sender.run(), name="sender")
             task.add_done_callback(self._sender_done)
             self._sender_task = task
+
+    def _bind_fast_produce(self) -> None:
+        """Make ``self.produce`` the C module's FastProduce when it is built (its common case:
+        ``produce(topic, value)``, sticky partitioner, a record appended to an open batch
+        without sealing it, in C under the accumulator's lock; everything else falls back to
+        the method below, unchanged). Not for a transactional producer, a custom partitioner
+        or a subclass that overrides ``produce``."""
+        if (
+            FastProduce is None
+            or self._sticky_current is None
+            or self._txn is not None
+            or type(self).produce is not AsyncProducer.produce
+        ):
+            return
+        vars(self)["produce"] = FastProduce(
+            AsyncProducer.produce.__get__(self),
+            self._acc,
+            self._tps,
+            self._sticky_current,
+            self._seq,
+            self.max_request_size,
+            RecordFuture,
+            ProducerBatch,
+        )
 
     def _sender_done(self, task: asyncio.Task[None]) -> None:
         exc = None if task.cancelled() else task.exception()

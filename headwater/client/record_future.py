@@ -23,7 +23,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headwater.client.types import RecordMetadata, TopicPartition
 
@@ -153,19 +153,36 @@ def _run_callback(fn: Callable[[RecordFuture], Any], fut: RecordFuture) -> None:
         log.exception("a record future's done callback raised")
 
 
-class RecordFuture:
-    """The future of one produced record (see the module docstring).
-
-    The subset of :class:`concurrent.futures.Future` a producer's caller uses — ``result``,
-    ``exception``, ``done``, ``add_done_callback``, ``cancel`` (always False) — and awaitable on
-    the producer's event loop.
-    """
+class _PyRecordFutureBase:
+    """A record future's two fields: the base of :class:`RecordFuture` when the C module
+    :mod:`headwater.client._cproduce` is not built (it defines the same base, whose instances
+    it creates without a Python frame)."""
 
     __slots__ = ("_index", "_outcome")
 
     def __init__(self, outcome: BatchOutcome, index: int) -> None:
         self._outcome = outcome
         self._index = index
+
+
+if TYPE_CHECKING:
+    _RecordFutureBase = _PyRecordFutureBase
+else:
+    try:
+        from headwater.client._cproduce import RecordFutureBase as _RecordFutureBase
+    except ImportError:  # built without a C compiler: the Python base
+        _RecordFutureBase = _PyRecordFutureBase
+
+
+class RecordFuture(_RecordFutureBase):
+    """The future of one produced record (see the module docstring).
+
+    The subset of :class:`concurrent.futures.Future` a producer's caller uses — ``result``,
+    ``exception``, ``done``, ``add_done_callback``, ``cancel`` (always False) — and awaitable on
+    the producer's event loop. ``RecordFuture(outcome, index)``; its fields are its base's.
+    """
+
+    __slots__ = ()
 
     def done(self) -> bool:
         return self._outcome.done

@@ -12,37 +12,23 @@ from typing import Any
 
 import pytest
 
-from headwater.batch import Compression, decode_batches
-from headwater.client.accumulator import RECORD_OVERHEAD, Accumulator, ProducerBatch
-from headwater.client.consumer import AsyncConsumer
+from headwater.batch import decode_batches
+from headwater.client.accumulator import RECORD_OVERHEAD
 from headwater.client.errors import BufferExhaustedError, ProducerClosedError
 from headwater.client.record_future import RecordFuture
 from headwater.client.sync import AdminClient, Producer
 from headwater.client.types import RecordMetadata, TopicPartition
 from headwater.errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from tests.client.per_record_helpers import (
+    LoopThread,
+    complete_in_order,
+    drain_all,
+    make_acc,
+    read_all,
+)
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
-
-
-class LoopThread:
-    """An event loop in a thread, as the blocking producer runs it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, fn: Any, *args: Any) -> Any:
-        async def go() -> Any:
-            return fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(go(), self.loop).result(10)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @pytest.fixture
@@ -50,50 +36,6 @@ def lt() -> Iterator[LoopThread]:
     t = LoopThread()
     yield t
     t.stop()
-
-
-def make_acc(lt: LoopThread, **kw: Any) -> Accumulator:
-    cfg: dict[str, Any] = dict(
-        batch_size=4096,
-        linger_ms=10,
-        buffer_memory=1 << 30,
-        max_block_ms=5000,
-        delivery_timeout_ms=600_000,
-        compression=Compression.NONE,
-    )
-    cfg.update(kw)
-
-    def build() -> Accumulator:
-        return Accumulator(**cfg)
-
-    acc: Accumulator = lt.call(build)
-    return acc
-
-
-def drain_all(lt: LoopThread, acc: Accumulator) -> list[ProducerBatch]:
-    def go() -> list[ProducerBatch]:
-        acc.flushing += 1
-        try:
-            out, _next, _unknown = acc.drain(lambda _tp: 0, lambda _l: True, set(), 1 << 30)
-        finally:
-            acc.flushing -= 1
-        return [b for bs in out.values() for b in bs]
-
-    batches: list[ProducerBatch] = lt.call(go)
-    return batches
-
-
-def complete_in_order(lt: LoopThread, acc: Accumulator, batches: list[ProducerBatch]) -> None:
-    """Acknowledge batches as a broker would: consecutive offsets per partition."""
-    nxt: dict[TopicPartition, int] = {}
-
-    def go() -> None:
-        for b in batches:
-            base = nxt.get(b.tp, 0)
-            acc.complete(b, base)
-            nxt[b.tp] = base + b.count
-
-    lt.call(go)
 
 
 def test_appends_from_several_threads_keep_each_threads_order_and_resolve_offsets(
@@ -240,17 +182,6 @@ def test_buffer_full_on_the_loop_raises_at_once(lt: LoopThread) -> None:
 # ------------------------------------------------------------ against a broker
 
 
-async def _read_all(boot: str, topic: str, partitions: int, n: int) -> list[Any]:
-    async with AsyncConsumer(boot, auto_offset_reset="earliest") as c:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
-        out: list[Any] = []
-        for _ in range(200):  # bounded: 200 polls of up to 0.5 s
-            out += await c.poll(timeout_ms=500, max_records=10_000)
-            if len(out) >= n:
-                break
-        return out
-
-
 def test_blocking_send_from_several_threads(cluster: Any) -> None:
     topic = "per-record-threads"
     with AdminClient(cluster.bootstrap) as admin:
@@ -279,7 +210,7 @@ def test_blocking_send_from_several_threads(cluster: Any) -> None:
         p.flush(60)
         metas = {t: [f.result(0) for f in fs] for t, fs in futures.items()}
     assert len(acks) == threads * per
-    records = asyncio.run(_read_all(cluster.bootstrap, topic, 3, threads * per))
+    records = asyncio.run(read_all(cluster.bootstrap, topic, 3, threads * per))
     assert len(records) == threads * per
     at = {(r.partition, r.offset): r.value for r in records}
     for t, ms in metas.items():
