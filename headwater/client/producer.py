@@ -16,7 +16,10 @@ accumulator under its lock and returns a :class:`headwater.client.record_future.
 that costs nothing until looked at (it resolves from its batch's result). Buffer memory short:
 from another thread it blocks up to ``max_block_ms`` (then :class:`BufferExhaustedError`); on
 the producer's own loop it cannot wait and raises :class:`BufferExhaustedError` at once (await
-``send`` or ``flush`` then). The blocking facade's ``Producer.send`` is ``produce``.
+``send`` or ``flush`` then). The blocking facade's ``Producer.send`` is ``produce``. When the
+optional C extension :mod:`headwater.client._cproduce` is built, ``produce`` is its
+``FastProduce`` bound per producer at start: ``produce(topic, value)`` that appends to an open
+batch without sealing it runs in C under the same lock; every other call is this method's.
 
 ``send`` does per record only: a partition choice, a size estimate and list appends.
 ``send_many`` hands the producer a whole list: sizes are computed with numpy, the list is

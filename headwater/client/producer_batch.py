@@ -75,7 +75,12 @@ class Group:
 
 
 class ProducerBatch:
-    """Records of one partition sent together (mutable until drained; owned by the loop)."""
+    """Records of one partition sent together (mutable until drained; owned by the loop).
+
+    headwater/client/_cproduce.c reads and writes ``values``, ``keys``, ``headers``,
+    ``timestamps``, ``ts_uniform``, ``count``, ``nbytes``, ``sealed`` and ``outcome`` at their
+    slot offsets (found by name when a producer starts): keep them ``__slots__`` members.
+    """
 
     __slots__ = (
         "attempts",

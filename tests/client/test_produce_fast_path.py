@@ -6,6 +6,8 @@ both the same calls and compares the batches they build, so that they cannot dri
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -305,3 +307,32 @@ def test_blocking_send_of_unkeyed_records_from_several_threads(
             assert at[(m.partition, m.offset)] == b"%d:%d" % (t, i)
             assert m.offset > last.get(m.partition, -1)  # the thread's order, per partition
             last[m.partition] = m.offset
+
+
+_WITHOUT_C = """
+import sys
+
+class NoC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "headwater.client._cproduce":
+            raise ImportError("built without a C compiler")
+        return None
+
+sys.meta_path.insert(0, NoC())
+from headwater.client import producer, record_future
+
+assert producer.FastProduce is None
+assert record_future.RecordFuture.__mro__[1] is record_future._PyRecordFutureBase
+f = record_future.RecordFuture("outcome", 3)
+assert (f._outcome, f._index) == ("outcome", 3)
+print("ok")
+"""
+
+
+def test_without_the_c_module_the_python_path_is_used() -> None:
+    # an install without a C compiler (pyproject marks the extension optional)
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_C], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
