@@ -149,7 +149,8 @@ def run(
 
 
 def source_tree_hash(root: Path) -> str:
-    """sha256 over the paths, exec bits and bytes of SOURCES (caches and build output skipped)."""
+    """sha256 over the paths, exec bits and bytes of SOURCES (caches and build output, such as
+    a C extension built in place, skipped)."""
     h = hashlib.sha256()
     for top in SOURCES:
         paths = [root / top] if (root / top).is_file() else sorted((root / top).rglob("*"))
@@ -157,7 +158,7 @@ def source_tree_hash(root: Path) -> str:
             rel = p.relative_to(root)
             if any(part == "__pycache__" or part.endswith(".egg-info") for part in rel.parts):
                 continue
-            if p.is_symlink() or not p.is_file() or p.suffix == ".pyc":
+            if p.is_symlink() or not p.is_file() or p.suffix in (".pyc", ".so"):
                 continue
             h.update(f"{rel}\0{p.stat().st_mode & 0o111}\0".encode())
             h.update(hashlib.sha256(p.read_bytes()).digest())
@@ -439,7 +440,9 @@ class Builder:
                     shutil.copytree(
                         self.source / top,
                         src / top,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+                        # *.so: a C extension built in place (make install); the wheel
+                        # builds its own from the sources
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "*.so"),
                     )
                 else:
                     shutil.copy2(self.source / top, src / top)
