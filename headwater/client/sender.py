@@ -63,7 +63,7 @@ from headwater import errors, timeouts
 from headwater.client import idempotence, produce_wire
 from headwater.client.accumulator import Accumulator, ProducerBatch
 from headwater.client.connection import ConnectionPool
-from headwater.client.metadata import Metadata
+from headwater.client.metadata import ClusterView, Metadata
 from headwater.client.types import TopicPartition
 from headwater.v1 import broker_pb2, transaction_pb2
 
@@ -108,9 +108,24 @@ class Sender:
         self.transactional_id = transactional_id
         #: batches whose earlier attempt may have been appended (a transport error)
         self.uncertain: set[ProducerBatch] = set()
+        #: leaders a request could not reach (a transport error) and that have not answered
+        #: since: while a refreshed view still lists one, the view may predate its failover
+        self.unreachable: set[int] = set()
         self._wake = asyncio.Event()
         acc.wakeup = self._wake.set
-        metadata.add_listener(lambda _view: self._wake.set())
+        metadata.add_listener(self._metadata_changed)
+
+    def _metadata_changed(self, view: ClusterView) -> None:
+        """A refreshed view: send what it makes sendable. While it still lists a leader that
+        could not be reached and batches wait, ask for another refresh (paced by the retry
+        backoff): the controller's new leaders reach the brokers moments after a leader dies,
+        and the batches' own retries would otherwise ask only after their backoff and one
+        more failure on the dead broker."""
+        self._wake.set()
+        if self.unreachable:
+            self.unreachable.intersection_update(view.brokers)
+            if self.unreachable and self.acc.incomplete:
+                self.metadata.request_update()
 
     def wake(self) -> None:
         self._wake.set()
@@ -267,6 +282,8 @@ class Sender:
             response = await call
         except grpc.RpcError as exc:
             err = errors.from_rpc_error(exc)
+            if isinstance(err, errors.NetworkError):
+                self.unreachable.add(leader)
             if self.acks != broker_pb2.ACKS_NONE:
                 if self.producing is not None:
                     self.uncertain.update(batches)
@@ -274,6 +291,7 @@ class Sender:
             else:
                 log.warning("acks=0 produce to broker %d failed: %s", leader, err)
             return
+        self.unreachable.discard(leader)
         if response.throttle_time_ms > 0:
             self.throttled_until[leader] = self.acc.clock() + response.throttle_time_ms / 1000
         if self.acks == broker_pb2.ACKS_NONE:

@@ -7,8 +7,12 @@ from typing import Any
 
 import pytest
 
+from headwater.batch import Compression
+from headwater.client.accumulator import Accumulator
 from headwater.client.metadata import Metadata
-from headwater.v1 import metadata_pb2
+from headwater.client.sender import Sender
+from headwater.client.types import TopicPartition
+from headwater.v1 import broker_pb2, metadata_pb2
 
 pytestmark = pytest.mark.fast
 
@@ -82,6 +86,53 @@ def test_an_update_asked_during_a_refresh_gets_one_more_refresh_after_it() -> No
             await background
         assert stub.calls == 2
         assert md.view.brokers.keys() == {1}
+        await md.close()
+
+    asyncio.run(body())
+
+
+def test_a_view_that_still_lists_an_unreachable_leader_is_refreshed_again() -> None:
+    """While batches wait and a refreshed view still lists a leader the producer could not
+    reach, the sender asks for one more refresh (the view may predate the failover); a view
+    that no longer lists it ends that."""
+
+    async def body() -> None:
+        stub = StubBroker()
+        md = Metadata(StubPool(stub), ["127.0.0.1:9"], retry_backoff_ms=10)  # type: ignore[arg-type]
+        acc = Accumulator(
+            batch_size=4096,
+            linger_ms=0,
+            buffer_memory=64 * 1024,
+            max_block_ms=50,
+            delivery_timeout_ms=60_000,
+            compression=Compression.NONE,
+        )
+        sender = Sender(
+            acc,
+            md,
+            StubPool(stub),  # type: ignore[arg-type]
+            acks=broker_pb2.ACKS_ALL,
+            max_in_flight=5,
+            request_timeout_ms=1000,
+            retries=5,
+            retry_backoff_ms=10,
+            max_request_size=1 << 20,
+            client_id="t",
+        )
+        acc.try_reserve(100)
+        waiter = asyncio.get_running_loop().create_future()
+        acc.append(TopicPartition("t", 0), b"v", None, None, 1, 10, waiter)
+        sender.unreachable.add(1)  # a produce to broker 1 failed in transport
+        await md.refresh()  # its answer still lists broker 1
+        stub.gate.clear()
+        await _called(stub, 2)  # the refresh that follows, held at the stub
+        sender.unreachable = {7}  # meanwhile: a leader its answer does not list
+        background = md._background
+        assert background is not None
+        stub.gate.set()
+        async with asyncio.timeout(WAIT_S):
+            await background
+        assert stub.calls == 2 and sender.unreachable == set()
         await md.close()
 
     asyncio.run(body())
