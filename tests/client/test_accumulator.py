@@ -8,11 +8,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from headwater.batch import Compression, decode_batches
+from headwater.batch import decode_batches
 from headwater.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, Accumulator, Group
 from headwater.client.errors import BufferExhaustedError, DeliveryTimeoutError
 from headwater.client.types import GroupMetadata, PartitionRange, RecordMetadata, TopicPartition
 from headwater.errors import MessageTooLargeError, NotLeaderOrFollowerError
+from tests.client.sender_helpers import accumulator
 
 pytestmark = pytest.mark.fast
 
@@ -34,17 +35,7 @@ def run(fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def make(clock: FakeClock, **kw: Any) -> Accumulator:
-    cfg: dict[str, Any] = dict(
-        batch_size=4096,
-        linger_ms=10,
-        buffer_memory=64 * 1024,
-        max_block_ms=50,
-        delivery_timeout_ms=60_000,
-        compression=Compression.NONE,
-        clock=clock,
-    )
-    cfg.update(kw)
-    return Accumulator(**cfg)
+    return accumulator(clock=clock, **kw)
 
 
 def leader0(_tp: TopicPartition) -> int:

@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from headwater.batch import Compression
-from headwater.client.accumulator import Accumulator
 from headwater.client.metadata import Metadata
-from headwater.client.sender import Sender
 from headwater.client.types import TopicPartition
-from headwater.v1 import broker_pb2, metadata_pb2
+from headwater.v1 import metadata_pb2
+from tests.client.sender_helpers import accumulator
+from tests.client.sender_helpers import sender as make_sender
 
 pytestmark = pytest.mark.fast
 
@@ -99,26 +98,8 @@ def test_a_view_that_still_lists_an_unreachable_leader_is_refreshed_again() -> N
     async def body() -> None:
         stub = StubBroker()
         md = Metadata(StubPool(stub), ["127.0.0.1:9"], retry_backoff_ms=10)  # type: ignore[arg-type]
-        acc = Accumulator(
-            batch_size=4096,
-            linger_ms=0,
-            buffer_memory=64 * 1024,
-            max_block_ms=50,
-            delivery_timeout_ms=60_000,
-            compression=Compression.NONE,
-        )
-        sender = Sender(
-            acc,
-            md,
-            StubPool(stub),  # type: ignore[arg-type]
-            acks=broker_pb2.ACKS_ALL,
-            max_in_flight=5,
-            request_timeout_ms=1000,
-            retries=5,
-            retry_backoff_ms=10,
-            max_request_size=1 << 20,
-            client_id="t",
-        )
+        acc = accumulator(linger_ms=0)
+        sender = make_sender(acc, md, StubPool(stub), retry_backoff_ms=10)
         acc.try_reserve(100)
         waiter = asyncio.get_running_loop().create_future()
         acc.append(TopicPartition("t", 0), b"v", None, None, 1, 10, waiter)
