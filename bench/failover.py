@@ -11,6 +11,9 @@ Per partition the broker led, the **window** is the longest time without an ackn
 that partition from its last acknowledgement before the kill on; the figures are the p50, p99
 and max over every such partition of every round. ``followed_p99_s`` is the same p99 over the
 partitions the killed broker only followed (acks=all waits there until the ISR shrinks).
+``resume_p50_s`` / ``resume_p99_s``: over the partitions it led, the time from the kill to
+their first acknowledgement (the window less its part before the kill, which is up to one
+steady gap whatever the failover costs).
 ``steady_gap_p99_s`` is the p99 of the gaps between consecutive acknowledgements of a partition
 before the kills (from the warm-up to the kill): the window without a failure, for scale.
 Afterwards every partition is read from the beginning and every acknowledged record must be
@@ -80,6 +83,10 @@ class Acks:
             return math.inf
         points = ([before[-1]] if before else [t_kill]) + after
         return max(b - a for a, b in itertools.pairwise(points))
+
+    def resumed_after(self, p: int, t_kill: float) -> float:
+        """Time from ``t_kill`` to the first acknowledgement of ``p`` after it."""
+        return next((at - t_kill for at, _, _ in self.by_partition[p] if at > t_kill), math.inf)
 
     def gaps_before(self, p: int, t_from: float, t_kill: float) -> list[float]:
         """Gaps between consecutive acknowledgements of ``p`` within [t_from, t_kill]."""
@@ -167,6 +174,7 @@ async def _run(cluster: LocalCluster, partitions: int, rounds: int) -> dict[str,
     acks = Acks(partitions)
     stop = asyncio.Event()
     windows: list[float] = []
+    resumes: list[float] = []  # kill -> first acknowledgement, partitions the killed broker led
     others: list[float] = []  # partitions the killed broker followed (their ISR shrinks)
     steady: list[float] = []  # gaps between acknowledgements in the seconds before each kill
     per_round: list[dict[str, object]] = []
@@ -196,6 +204,8 @@ async def _run(cluster: LocalCluster, partitions: int, rounds: int) -> dict[str,
 
             await _wait("acknowledgements after the kill", resumed, 180)
             w = [acks.window(p, t_kill) for p in led]
+            r = [acks.resumed_after(p, t_kill) for p in led]
+            resumes += r
             steady += [g for p in range(partitions) for g in acks.gaps_before(p, t_warm, t_kill)]
             o = [acks.window(p, t_kill) for p in range(partitions) if p not in led]
             windows += w
@@ -206,6 +216,8 @@ async def _run(cluster: LocalCluster, partitions: int, rounds: int) -> dict[str,
                     "partitions_led": len(led),
                     "p50_s": round(_pct(w, 0.5), 3),
                     "max_s": round(max(w), 3),
+                    "resume_p50_s": round(_pct(r, 0.5), 3),
+                    "resume_max_s": round(max(r), 3),
                     "others_max_s": round(max(o, default=0.0), 3),
                 }
             )
@@ -223,6 +235,8 @@ async def _run(cluster: LocalCluster, partitions: int, rounds: int) -> dict[str,
         "window_p50_s": round(_pct(windows, 0.5), 3),
         "window_p99_s": round(_pct(windows, 0.99), 3),
         "window_max_s": round(max(windows), 3),
+        "resume_p50_s": round(_pct(resumes, 0.5), 3),
+        "resume_p99_s": round(_pct(resumes, 0.99), 3),
         "followed_p99_s": round(_pct(others, 0.99), 3) if others else None,
         "steady_gap_p99_s": round(_pct(steady, 0.99), 3),
         "acknowledged": total,

@@ -414,7 +414,7 @@ class Accumulator(BufferMemory):
             if leader < 0:
                 unknown = True
                 continue
-            if head.retry_at > now:
+            if head.backing_off(now, leader):
                 next_at = min(next_at, head.retry_at)
                 continue
             if not (head.sealed or force or now - head.created >= self.linger or len(dq) > 1):
@@ -433,7 +433,7 @@ class Accumulator(BufferMemory):
             resend = head.base_seq >= 0  # the head was sent before (a retry)
             while dq and n < limit and (not taken or size + dq[0].nbytes <= max_request_size):
                 b = dq[0]
-                if b.retry_at > now:
+                if b.backing_off(now, leader):
                     break
                 if producer is not None and (b.base_seq >= 0) != resend:
                     # Never mix resent and never-sent batches of a partition in one request:
@@ -459,8 +459,9 @@ class Accumulator(BufferMemory):
                 del self.queues[tp]
         return {k: v for k, v in out.items() if v}, next_at, unknown
 
-    def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Put a failed batch back at the head of its partition, to retry after ``retry_at``.
+    def reenqueue(self, batch: ProducerBatch, retry_at: float, leader: int = -1) -> None:
+        """Put a failed batch back at the head of its partition, to retry after ``retry_at``
+        (or as soon as another broker than ``leader``, the one that failed, leads it).
 
         A batch with a sequence goes before every queued batch with a later sequence or none,
         so retries of an idempotent producer always resend in sequence order.
@@ -468,6 +469,7 @@ class Accumulator(BufferMemory):
         with self.lock:
             batch.attempts += 1
             batch.retry_at = retry_at
+            batch.retry_leader = leader
             dq = self.queues.get(batch.tp)
             if dq is None:
                 dq = self.queues[batch.tp] = deque()

@@ -8,7 +8,12 @@ and the bootstrap list as a fallback) for all topics.
 
 The cache is refreshed when a caller reports stale data (``request_update``, after an
 ``invalid_metadata`` error such as NOT_LEADER_OR_FOLLOWER) and when it is older than
-``max_age_ms`` (``maybe_refresh``).
+``max_age_ms`` (``maybe_refresh``). Background refreshes start at least ``retry_backoff_ms``
+apart (Kafka's ``retry.backoff.ms`` between metadata attempts), counted from the start of the
+previous one, not added after it: the first report after a quiet spell refreshes at once, and
+a report that comes while a refresh is in flight (whose answer may predate what the caller
+saw) gets one more refresh when that backoff has passed, so a client that keeps failing on a
+dead leader sees the controller's new leaders within one backoff of their reaching a broker.
 """
 
 from __future__ import annotations
@@ -118,6 +123,10 @@ class Metadata:
         self._inflight: asyncio.Task[ClusterView] | None = None
         self._listeners: list[Callable[[ClusterView], None]] = []
         self._background: asyncio.Task[None] | None = None
+        #: when the last Metadata request started (background refreshes keep their backoff
+        #: from it), and whether an update was asked for while one was in flight
+        self._attempted_at = float("-inf")
+        self._again = False
 
     def add_listener(self, fn: Callable[[ClusterView], None]) -> None:
         """``fn(view)`` is called on the loop after every successful refresh."""
@@ -135,6 +144,7 @@ class Metadata:
         return out
 
     async def _fetch(self) -> ClusterView:
+        self._attempted_at = self._clock()
         last: errors.HeadwaterError | None = None
         for address in self._candidates():
             try:
@@ -162,19 +172,28 @@ class Metadata:
         return await asyncio.shield(task)
 
     def request_update(self) -> None:
-        """Refresh soon in the background (after ``retry_backoff_ms``); never raises."""
+        """Refresh in the background once ``retry_backoff_ms`` has passed since the last
+        attempt started (at once after a quiet spell); asked while a background refresh is
+        under way, one more follows it (module doc). Never raises."""
         if self._background is not None and not self._background.done():
+            self._again = True
             return
         self._background = asyncio.get_running_loop().create_task(
             self._refresh_later(), name="metadata-background"
         )
 
     async def _refresh_later(self) -> None:
-        await asyncio.sleep(self._backoff)
-        try:
-            await self.refresh()
-        except errors.HeadwaterError as exc:
-            log.warning("metadata refresh failed: %s", exc)
+        while True:
+            wait = self._attempted_at + self._backoff - self._clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._again = False  # what was asked until now, this refresh answers
+            try:
+                await self.refresh()
+            except errors.HeadwaterError as exc:
+                log.warning("metadata refresh failed: %s", exc)
+            if not self._again:
+                return
 
     def is_stale(self) -> bool:
         return self._clock() - self.updated_at > self._max_age

@@ -97,6 +97,7 @@ class ProducerBatch:
         "pred_acked",
         "restamp",
         "retry_at",
+        "retry_leader",
         "sealed",
         "timestamps",
         "tp",
@@ -122,11 +123,20 @@ class ProducerBatch:
         self.encoded_size = 0
         self.attempts = 0
         self.retry_at = 0.0
+        #: the broker the failed attempt went to (-1: none or not known): the retry backoff
+        #: applies while that broker still leads the partition (``backing_off``)
+        self.retry_leader = -1
         self.done = done
         self.base_seq = -1  # idempotence: assigned at drain time, kept across retries
         self.restamp = False  # base_seq moved after encoding (an earlier batch was dropped)
         self.pred_acked = False  # the predecessor was acknowledged when this was last sent
         self.outcome = BatchOutcome(tp, self.timestamp_at)
+
+    def backing_off(self, now: float, leader: int) -> bool:
+        """Whether a retry must still wait: before ``retry_at``, unless the partition's leader
+        is now another broker than the one the failed attempt went to (Kafka's KIP-951: a
+        retry to a new leader is sent at once; the backoff is for the broker that failed)."""
+        return self.retry_at > now and (self.retry_leader < 0 or self.retry_leader == leader)
 
     @property
     def reserved(self) -> int:

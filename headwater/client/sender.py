@@ -12,7 +12,9 @@ Outcomes, per partition result:
 * retriable (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS, network errors,
   ...): the batch goes back to the head of its partition queue after ``retry_backoff_ms``,
   with a metadata refresh first when the error says metadata is stale, until ``retries`` or
-  ``delivery_timeout_ms`` runs out;
+  ``delivery_timeout_ms`` runs out; once the metadata names another leader than the broker
+  that failed, the batch is sent there without waiting out the backoff (Kafka's KIP-951: the
+  backoff spares the broker that failed, a new leader is tried at once);
 * anything else (MESSAGE_TOO_LARGE, INVALID_CONFIG, CORRUPT_MESSAGE, authorization, ...): the
   waiters fail at once with the typed exception of :mod:`headwater.errors`.
 
@@ -61,7 +63,7 @@ from headwater import errors, timeouts
 from headwater.client import idempotence, produce_wire
 from headwater.client.accumulator import Accumulator, ProducerBatch
 from headwater.client.connection import ConnectionPool
-from headwater.client.metadata import Metadata
+from headwater.client.metadata import ClusterView, Metadata
 from headwater.client.types import TopicPartition
 from headwater.v1 import broker_pb2, transaction_pb2
 
@@ -106,9 +108,24 @@ class Sender:
         self.transactional_id = transactional_id
         #: batches whose earlier attempt may have been appended (a transport error)
         self.uncertain: set[ProducerBatch] = set()
+        #: leaders a request could not reach (a transport error) and that have not answered
+        #: since: while a refreshed view still lists one, the view may predate its failover
+        self.unreachable: set[int] = set()
         self._wake = asyncio.Event()
         acc.wakeup = self._wake.set
-        metadata.add_listener(lambda _view: self._wake.set())
+        metadata.add_listener(self._metadata_changed)
+
+    def _metadata_changed(self, view: ClusterView) -> None:
+        """A refreshed view: send what it makes sendable. While it still lists a leader that
+        could not be reached and batches wait, ask for another refresh (paced by the retry
+        backoff): the controller's new leaders reach the brokers moments after a leader dies,
+        and the batches' own retries would otherwise ask only after their backoff and one
+        more failure on the dead broker."""
+        self._wake.set()
+        if self.unreachable:
+            self.unreachable.intersection_update(view.brokers)
+            if self.unreachable and self.acc.incomplete:
+                self.metadata.request_update()
 
     def wake(self) -> None:
         self._wake.set()
@@ -253,7 +270,9 @@ class Sender:
         )
         address = self.metadata.view.address(leader)
         if address is None:
-            self._retry_or_fail(batches, errors.BrokerNotAvailableError(f"broker {leader} gone"))
+            self._retry_or_fail(
+                batches, errors.BrokerNotAvailableError(f"broker {leader} gone"), leader=leader
+            )
             return
         call = self.pool.raw_produce(address)(request, timeout=self.timeout_ms / 1000 + 5)
         if self.acks == broker_pb2.ACKS_NONE:
@@ -263,13 +282,16 @@ class Sender:
             response = await call
         except grpc.RpcError as exc:
             err = errors.from_rpc_error(exc)
+            if isinstance(err, errors.NetworkError):
+                self.unreachable.add(leader)
             if self.acks != broker_pb2.ACKS_NONE:
                 if self.producing is not None:
                     self.uncertain.update(batches)
-                self._retry_or_fail(batches, err)
+                self._retry_or_fail(batches, err, leader=leader)
             else:
                 log.warning("acks=0 produce to broker %d failed: %s", leader, err)
             return
+        self.unreachable.discard(leader)
         if response.throttle_time_ms > 0:
             self.throttled_until[leader] = self.acc.clock() + response.throttle_time_ms / 1000
         if self.acks == broker_pb2.ACKS_NONE:
@@ -290,28 +312,33 @@ class Sender:
                 perr = errors.error_for_code(r.error_code, r.error_message)
                 assert perr is not None
                 if self.producing is not None:
-                    self._idempotent_error(tp_batches, perr)
+                    self._idempotent_error(tp_batches, perr, leader)
                 else:
-                    self._retry_or_fail(tp_batches, perr)
+                    self._retry_or_fail(tp_batches, perr, leader=leader)
         for _tp, left in by_tp.items():
-            self._retry_or_fail(left, errors.UnknownServerError("no result for partition"))
+            self._retry_or_fail(
+                left, errors.UnknownServerError("no result for partition"), leader=leader
+            )
 
-    def _idempotent_error(self, batches: list[ProducerBatch], err: errors.HeadwaterError) -> None:
-        """An in-band error for one partition's batches (the broker appended none of them)."""
+    def _idempotent_error(
+        self, batches: list[ProducerBatch], err: errors.HeadwaterError, leader: int
+    ) -> None:
+        """An in-band error for one partition's batches (the broker appended none of them)
+        from ``leader``."""
         first = batches[0]
         if isinstance(
             err, errors.OutOfOrderSequenceNumberError | errors.UnknownProducerIdError
         ) and not (first.pred_acked and not first.restamp):
             # an earlier batch was still unacknowledged when this one was sent (or this one
             # moved down since): it may simply have overtaken it; resend in order
-            self._retry_or_fail(batches, err, force_retry=True)
+            self._retry_or_fail(batches, err, leader=leader, force_retry=True)
             return
         if idempotence.is_fatal(err) or isinstance(
             err, errors.OutOfOrderSequenceNumberError | errors.UnknownProducerIdError
         ):
             self._fatal(err)
             return
-        self._retry_or_fail(batches, err)
+        self._retry_or_fail(batches, err, leader=leader)
 
     def _fatal(self, err: errors.HeadwaterError) -> None:
         assert self.producing is not None
@@ -320,8 +347,16 @@ class Sender:
         self.acc.fail_all(self.producing.seq.failed or err)
 
     def _retry_or_fail(
-        self, batches: list[ProducerBatch], err: errors.HeadwaterError, *, force_retry: bool = False
+        self,
+        batches: list[ProducerBatch],
+        err: errors.HeadwaterError,
+        *,
+        leader: int = -1,
+        force_retry: bool = False,
     ) -> None:
+        """Re-enqueue the retriable ones (after ``retry_backoff_ms``, or at once when another
+        broker than ``leader``, which answered or failed, leads the partition), fail the
+        rest; a stale-metadata error asks for a refresh."""
         stale = False
         retriable = err.retriable or force_retry
         failed: list[ProducerBatch] = []
@@ -330,7 +365,7 @@ class Sender:
             if retriable and b.attempts < self.retries and not self.acc.expired(b):
                 log.debug("retrying batch for %s after %s", b.tp, err)
                 stale = stale or err.invalid_metadata
-                self.acc.reenqueue(b, self.acc.clock() + self.backoff)
+                self.acc.reenqueue(b, self.acc.clock() + self.backoff, leader)
             else:
                 failed.append(b)
                 self.acc.fail(b, err)

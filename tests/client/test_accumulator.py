@@ -8,11 +8,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from headwater.batch import Compression, decode_batches
+from headwater.batch import decode_batches
 from headwater.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, Accumulator, Group
 from headwater.client.errors import BufferExhaustedError, DeliveryTimeoutError
 from headwater.client.types import GroupMetadata, PartitionRange, RecordMetadata, TopicPartition
 from headwater.errors import MessageTooLargeError, NotLeaderOrFollowerError
+from tests.client.sender_helpers import accumulator
 
 pytestmark = pytest.mark.fast
 
@@ -34,17 +35,7 @@ def run(fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def make(clock: FakeClock, **kw: Any) -> Accumulator:
-    cfg: dict[str, Any] = dict(
-        batch_size=4096,
-        linger_ms=10,
-        buffer_memory=64 * 1024,
-        max_block_ms=50,
-        delivery_timeout_ms=60_000,
-        compression=Compression.NONE,
-        clock=clock,
-    )
-    cfg.update(kw)
-    return Accumulator(**cfg)
+    return accumulator(clock=clock, **kw)
 
 
 def leader0(_tp: TopicPartition) -> int:
@@ -335,5 +326,23 @@ def test_large_values_are_encoded_as_pieces_of_their_own(size: int, as_pieces: b
         assert decoded.values() == values
         acc.complete(b, 10)
         assert [f.result().offset for f in futs] == list(range(10, 30))
+
+    run(body)
+
+
+def test_a_retry_goes_to_a_new_leader_without_waiting_out_the_backoff() -> None:
+    """The backoff of a failed attempt holds the batch while the broker that failed still
+    leads the partition; once the metadata names another leader it is sent there at once."""
+
+    async def body() -> None:
+        clock = FakeClock()
+        acc = make(clock, linger_ms=0)
+        acc.try_reserve(100)
+        acc.append(TP, b"1", None, None, 1, 10, asyncio.get_running_loop().create_future())
+        [b1] = acc.drain(leader0, always, set(), 1 << 20)[0][0]
+        acc.reenqueue(b1, clock.now + 0.1, 0)  # broker 0 failed it
+        assert acc.drain(leader0, always, set(), 1 << 20)[0] == {}
+        batches = acc.drain(lambda _tp: 1, always, set(), 1 << 20)[0]
+        assert batches == {1: [b1]} and b1.attempts == 1
 
     run(body)

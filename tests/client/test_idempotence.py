@@ -14,15 +14,16 @@ from typing import Any, TypeVar
 import pytest
 
 from headwater import errors
-from headwater.batch import Compression, iter_headers, parse_header
+from headwater.batch import iter_headers, parse_header
 from headwater.client import idempotence
 from headwater.client.accumulator import Accumulator
 from headwater.client.idempotence import Producing, Sequencer, resolve_enable_idempotence
 from headwater.client.producer import AsyncProducer
-from headwater.client.sender import Sender
 from headwater.client.types import TopicPartition
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
+from tests.client.sender_helpers import accumulator
+from tests.client.sender_helpers import sender as make_sender
 from tests.helpers.sequenced import FakeMetadata, Item
 
 T = TypeVar("T")
@@ -132,15 +133,7 @@ class Clock:
 
 
 def make_acc(clock: Clock) -> Accumulator:
-    return Accumulator(
-        batch_size=4096,
-        linger_ms=0,
-        buffer_memory=1 << 20,
-        max_block_ms=50,
-        delivery_timeout_ms=60_000,
-        compression=Compression.NONE,
-        clock=clock,
-    )
+    return accumulator(linger_ms=0, buffer_memory=1 << 20, clock=clock)
 
 
 def fill(acc: Accumulator, tp: TopicPartition, batches: int, per: int = 3) -> list[Any]:
@@ -259,19 +252,7 @@ async def run_sender(
         seq.assign(first)
         seq.acked(first)
     pool = FakePool(script)
-    sender = Sender(
-        acc,
-        FakeMetadata(),  # type: ignore[arg-type]
-        pool,  # type: ignore[arg-type]
-        acks=broker_pb2.ACKS_ALL,
-        max_in_flight=5,
-        request_timeout_ms=1000,
-        retries=10,
-        retry_backoff_ms=1,
-        max_request_size=1 << 20,
-        client_id="t",
-        producing=Producing(seq, transactional=False),
-    )
+    sender = make_sender(acc, FakeMetadata(), pool, producing=Producing(seq, transactional=False))
     futs = fill(acc, TP, batches)
     task = asyncio.get_running_loop().create_task(sender.run())
     await asyncio.wait(futs, timeout=5)
