@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -335,4 +336,47 @@ def test_without_the_c_module_the_python_path_is_used() -> None:
         [sys.executable, "-c", _WITHOUT_C], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+_FAILED_REINIT = """
+from tests.client.per_record_helpers import LoopThread, make_acc
+from headwater.client import producer as pm
+from headwater.client.record_future import RecordFuture
+
+lt = LoopThread()
+acc = make_acc(lt)
+def python_produce(*a, **k):
+    return "python"
+f = pm.FastProduce(python_produce, acc, {}, {}, None, 1 << 20, RecordFuture, pm.ProducerBatch)
+class NoSlots:
+    __slots__ = ()
+try:
+    f.__init__(python_produce, acc, {}, {}, None, 1 << 20, RecordFuture, NoSlots)
+except AttributeError:
+    pass
+else:
+    raise AssertionError("re-init with a batch type without slots succeeded")
+for call in (lambda: f("t", b"v"), lambda: f("t", b"v", key=b"k")):
+    try:
+        call()
+    except RuntimeError as exc:
+        assert "not initialised" in str(exc), exc
+    else:
+        raise AssertionError("a call after a failed re-init succeeded")
+lt.stop()
+print("ok")
+"""
+
+
+def test_a_failed_reinit_leaves_a_call_that_raises_not_one_that_crashes() -> None:
+    # __init__ called again with bad arguments clears the cached fields: the object must then
+    # refuse calls with an error (as before its first __init__), not run the C path on NULLs
+    # (it crashed the interpreter: a segmentation fault). In a child process, so that a crash
+    # fails this test instead of killing the test run.
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", _FAILED_REINIT], capture_output=True, text=True, timeout=60, cwd=root
+    )
+    assert out.returncode == 0, (out.returncode, out.stderr)
     assert out.stdout.strip() == "ok"
