@@ -380,3 +380,68 @@ def test_a_failed_reinit_leaves_a_call_that_raises_not_one_that_crashes() -> Non
     )
     assert out.returncode == 0, (out.returncode, out.stderr)
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_partitions_added_while_threads_send(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch, impl: str
+) -> None:
+    # A metadata update (2 -> 4 partitions) while several threads send: the cached topic ->
+    # partitions dict is cleared and refilled under the C path, which must fall back and then
+    # append to the new partitions too; every record read back exactly once, in each thread's
+    # order per partition.
+    if impl == "python":
+        monkeypatch.setattr(producer_module, "FastProduce", None)
+    topic = f"fast-path-grow-{impl}"
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topic(topic, 2)
+        threads, per = 3, 3000
+        futures: dict[int, list[RecordFuture]] = {}
+        halfway = threading.Barrier(threads + 1)
+        with Producer(
+            cluster.bootstrap, acks=1, linger_ms=2, batch_size=2048, metadata_max_age_ms=100
+        ) as p:
+            assert (type(p.send) is FastProduce) == (impl == "c")
+
+            def writer(t: int) -> None:
+                fs = [p.send(topic, b"%d:%d" % (t, i)) for i in range(per // 2)]
+                halfway.wait(60)
+                halfway.wait(60)  # the partitions were added
+                fs += [p.send(topic, b"%d:%d" % (t, i)) for i in range(per // 2, per)]
+                halfway.wait(60)
+                halfway.wait(60)  # the producer's metadata has the new partitions
+                fs += [p.send(topic, b"%d:%d" % (t, i)) for i in range(per, 2 * per)]
+                futures[t] = fs
+
+            ws = [threading.Thread(target=writer, args=(t,)) for t in range(threads)]
+            for w in ws:
+                w.start()
+            halfway.wait(60)
+            admin.create_partitions(topic, 4)
+            halfway.wait(60)
+            halfway.wait(60)
+            view = p._p._metadata
+            assert view is not None
+            wait_for(  # a refresh as the sender's next maybe_refresh (metadata_max_age_ms) does
+                lambda: len(p._lt.run(view.refresh()).topics[topic].partitions) == 4,
+                timeout=30,
+                what="the producer's metadata to show 4 partitions",
+            )
+            halfway.wait(60)
+            for w in ws:
+                w.join(120)
+            assert not any(w.is_alive() for w in ws)
+            p.flush(60)
+            metas = {t: [f.result(0) for f in fs] for t, fs in futures.items()}
+    total = threads * 2 * per
+    records = asyncio.run(read_all(cluster.bootstrap, topic, 4, total))
+    assert len(records) == total
+    at = {(r.partition, r.offset): r.value for r in records}
+    assert len(at) == total
+    assert {r.partition for r in records} == {0, 1, 2, 3}  # the new partitions were used
+    for t, ms in metas.items():
+        last: dict[int, int] = {}
+        for i, m in enumerate(ms):
+            assert at[(m.partition, m.offset)] == b"%d:%d" % (t, i)
+            assert m.offset > last.get(m.partition, -1)
+            last[m.partition] = m.offset
