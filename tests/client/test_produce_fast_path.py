@@ -141,6 +141,42 @@ def test_produced_records_resolve_with_offsets_and_timestamps(lt: LoopThread, im
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_non_bytes_values_and_a_callback_go_through_the_python_path(
+    lt: LoopThread, impl: str
+) -> None:
+    # bytearray, memoryview and None values (the C path takes exact bytes only) and a record
+    # with a callback land in the same batch, in call order, with the buffer memory of each
+    acc = make_acc(lt)
+    p = wire(lt, impl, acc)
+    called: list[tuple[Any, Any]] = []
+    values: list[Any] = [b"a", bytearray(b"bb"), memoryview(b"ccc"), None, b"dddd", b"e"]
+    fs = [p.produce(TOPIC, v) for v in values[:-1]]
+    fs.append(p.produce(TOPIC, values[-1], callback=lambda m, e: called.append((m, e))))
+    assert acc.used == sum(12 + (len(v) if v is not None else 0) for v in values)
+    [batch] = drain_all(lt, acc)
+    assert _values(batch) == [b"a", b"bb", b"ccc", None, b"dddd", b"e"]
+    complete_in_order(lt, acc, [batch])
+    assert [f.result(1).offset for f in fs] == list(range(len(values)))
+    wait_for(lambda: called, timeout=10, what="the record's callback")
+    assert called[0][1] is None and called[0][0].offset == len(values) - 1
+    assert acc.used == 0
+
+
+def test_a_transactional_producer_keeps_the_python_produce(lt: LoopThread) -> None:
+    # FastProduce does not check the transaction's state: never bound for a transactional
+    # producer (nor for a custom partitioner)
+    acc = make_acc(lt)
+    p = wire(lt, "python", acc)
+    p._txn = object()  # type: ignore[assignment]
+    p._bind_fast_produce()
+    assert "produce" not in vars(p)
+    q = lt.call(lambda: AsyncProducer("127.0.0.1:1", acks=1, partitioner=lambda k, n, t: 0))
+    q._acc = acc
+    q._bind_fast_produce()
+    assert "produce" not in vars(q)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_a_new_batch_and_a_sealed_batch_wake_the_sender(lt: LoopThread, impl: str) -> None:
     acc = make_acc(lt, batch_size=1024)
     p = wire(lt, impl, acc)
@@ -281,8 +317,7 @@ def test_the_c_path_appends_without_calling_the_python_path(lt: LoopThread) -> N
 def test_blocking_send_of_unkeyed_records_from_several_threads(
     cluster: Any, monkeypatch: pytest.MonkeyPatch, impl: str, acks: int | str
 ) -> None:
-    if impl == "python":
-        monkeypatch.setattr(producer_module, "FastProduce", None)
+    _python_only(monkeypatch, impl)
     topic = f"fast-path-{impl}-{acks}"
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topic(topic, 3)
@@ -298,9 +333,20 @@ def test_blocking_send_of_unkeyed_records_from_several_threads(
         p.flush(60)
         metas = {t: [f.result(0) for f in fs] for t, fs in futures.items()}
     records = asyncio.run(read_all(cluster.bootstrap, topic, 3, threads * per))
-    assert len(records) == threads * per  # none lost, none duplicated
+    _check_read_back(records, metas, threads * per)
+
+
+def _python_only(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
+    if impl == "python":
+        monkeypatch.setattr(producer_module, "FastProduce", None)
+
+
+def _check_read_back(records: list[Any], metas: dict[int, list[Any]], total: int) -> None:
+    """Every record of thread ``t`` (value ``t:i``) read back once, where its metadata says,
+    in the thread's order per partition."""
+    assert len(records) == total  # none lost, none duplicated
     at = {(r.partition, r.offset): r.value for r in records}
-    assert len(at) == threads * per
+    assert len(at) == total
     for t, ms in metas.items():
         assert all(isinstance(m, RecordMetadata) for m in ms)
         last: dict[int, int] = {}
@@ -390,8 +436,7 @@ def test_partitions_added_while_threads_send(
     # partitions dict is cleared and refilled under the C path, which must fall back and then
     # append to the new partitions too; every record read back exactly once, in each thread's
     # order per partition.
-    if impl == "python":
-        monkeypatch.setattr(producer_module, "FastProduce", None)
+    _python_only(monkeypatch, impl)
     topic = f"fast-path-grow-{impl}"
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topic(topic, 2)
@@ -433,15 +478,6 @@ def test_partitions_added_while_threads_send(
             assert not any(w.is_alive() for w in ws)
             p.flush(60)
             metas = {t: [f.result(0) for f in fs] for t, fs in futures.items()}
-    total = threads * 2 * per
-    records = asyncio.run(read_all(cluster.bootstrap, topic, 4, total))
-    assert len(records) == total
-    at = {(r.partition, r.offset): r.value for r in records}
-    assert len(at) == total
+    records = asyncio.run(read_all(cluster.bootstrap, topic, 4, threads * 2 * per))
+    _check_read_back(records, metas, threads * 2 * per)
     assert {r.partition for r in records} == {0, 1, 2, 3}  # the new partitions were used
-    for t, ms in metas.items():
-        last: dict[int, int] = {}
-        for i, m in enumerate(ms):
-            assert at[(m.partition, m.offset)] == b"%d:%d" % (t, i)
-            assert m.offset > last.get(m.partition, -1)
-            last[m.partition] = m.offset
