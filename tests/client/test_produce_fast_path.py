@@ -19,6 +19,7 @@ import pytest
 from headwater.batch import decode_batches
 from headwater.client import producer as producer_module
 from headwater.client.accumulator import Accumulator
+from headwater.client.buffer_memory import BufferMemory
 from headwater.client.errors import BufferExhaustedError, ProducerClosedError
 from headwater.client.producer import AsyncProducer
 from headwater.client.record_future import RecordFuture
@@ -313,17 +314,29 @@ def test_the_c_path_appends_without_calling_the_python_path(lt: LoopThread) -> N
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("acks", [1, "all"])
+@pytest.mark.parametrize(("acks", "buffer_memory"), [(1, 32 << 20), ("all", 32 << 20), (1, 24576)])
 def test_blocking_send_of_unkeyed_records_from_several_threads(
-    cluster: Any, monkeypatch: pytest.MonkeyPatch, impl: str, acks: int | str
+    cluster: Any, monkeypatch: pytest.MonkeyPatch, impl: str, acks: int | str, buffer_memory: int
 ) -> None:
+    # buffer_memory 24 KiB (three 8 KiB batches): the threads block for memory again and again,
+    # the C path handing over to the Python path's FIFO wait while the others append
     _python_only(monkeypatch, impl)
-    topic = f"fast-path-{impl}-{acks}"
+    blocked: list[int] = []
+    reserve_blocking = BufferMemory.reserve_blocking
+
+    def counted(self: BufferMemory, nbytes: int) -> None:
+        blocked.append(nbytes)
+        reserve_blocking(self, nbytes)
+
+    monkeypatch.setattr(BufferMemory, "reserve_blocking", counted)
+    topic = f"fast-path-{impl}-{acks}-{buffer_memory}"
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topic(topic, 3)
     threads, per = 3, 4000
     futures: dict[int, list[RecordFuture]] = {}
-    with Producer(cluster.bootstrap, acks=acks, linger_ms=2, batch_size=8192) as p:
+    with Producer(
+        cluster.bootstrap, acks=acks, linger_ms=2, batch_size=8192, buffer_memory=buffer_memory
+    ) as p:
         assert (type(p.send) is FastProduce) == (impl == "c")
 
         def writer(t: int) -> None:
@@ -334,6 +347,7 @@ def test_blocking_send_of_unkeyed_records_from_several_threads(
         metas = {t: [f.result(0) for f in fs] for t, fs in futures.items()}
     records = asyncio.run(read_all(cluster.bootstrap, topic, 3, threads * per))
     _check_read_back(records, metas, threads * per)
+    assert bool(blocked) == (buffer_memory < 1 << 20)  # the small buffer made threads wait
 
 
 def _python_only(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
