@@ -157,6 +157,9 @@ fp_traverse(FastProduce *self, visitproc visit, void *arg)
 static int
 fp_clear(FastProduce *self)
 {
+    /* calls go to fp_call (which refuses) until __init__ succeeds again: fp_vectorcall reads
+     * the fields cleared below (a failed re-init or the GC's clear left it on NULLs) */
+    self->vectorcall = NULL;
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->acc_dict);
     Py_CLEAR(self->queues);
@@ -463,8 +466,9 @@ fp_init(FastProduce *self, PyObject *args, PyObject *kwds)
 static PyObject *
 fp_call(FastProduce *self, PyObject *args, PyObject *kwargs)
 {
-    /* the tp_call slot (vectorcall is what CPython uses): fall back to the Python path */
-    if (self->fallback == NULL) {
+    /* the tp_call slot (vectorcall is what CPython uses once __init__ succeeded): fall back
+     * to the Python path */
+    if (self->vectorcall == NULL || self->fallback == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "FastProduce not initialised");
         return NULL;
     }

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from headwater.batch import decode_batches
 from headwater.client import producer as producer_module
 from headwater.client.accumulator import Accumulator
+from headwater.client.buffer_memory import BufferMemory
 from headwater.client.errors import BufferExhaustedError, ProducerClosedError
 from headwater.client.producer import AsyncProducer
 from headwater.client.record_future import RecordFuture
@@ -137,6 +139,42 @@ def test_produced_records_resolve_with_offsets_and_timestamps(lt: LoopThread, im
     assert [(m.topic, m.partition, m.offset) for m in metas] == [(TOPIC, 0, i) for i in range(50)]
     assert all(before <= m.timestamp <= after for m in metas)
     assert acc.used == 0
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_non_bytes_values_and_a_callback_go_through_the_python_path(
+    lt: LoopThread, impl: str
+) -> None:
+    # bytearray, memoryview and None values (the C path takes exact bytes only) and a record
+    # with a callback land in the same batch, in call order, with the buffer memory of each
+    acc = make_acc(lt)
+    p = wire(lt, impl, acc)
+    called: list[tuple[Any, Any]] = []
+    values: list[Any] = [b"a", bytearray(b"bb"), memoryview(b"ccc"), None, b"dddd", b"e"]
+    fs = [p.produce(TOPIC, v) for v in values[:-1]]
+    fs.append(p.produce(TOPIC, values[-1], callback=lambda m, e: called.append((m, e))))
+    assert acc.used == sum(12 + (len(v) if v is not None else 0) for v in values)
+    [batch] = drain_all(lt, acc)
+    assert _values(batch) == [b"a", b"bb", b"ccc", None, b"dddd", b"e"]
+    complete_in_order(lt, acc, [batch])
+    assert [f.result(1).offset for f in fs] == list(range(len(values)))
+    wait_for(lambda: called, timeout=10, what="the record's callback")
+    assert called[0][1] is None and called[0][0].offset == len(values) - 1
+    assert acc.used == 0
+
+
+def test_a_transactional_producer_keeps_the_python_produce(lt: LoopThread) -> None:
+    # FastProduce does not check the transaction's state: never bound for a transactional
+    # producer (nor for a custom partitioner)
+    acc = make_acc(lt)
+    p = wire(lt, "python", acc)
+    p._txn = object()  # type: ignore[assignment]
+    p._bind_fast_produce()
+    assert "produce" not in vars(p)
+    q = lt.call(lambda: AsyncProducer("127.0.0.1:1", acks=1, partitioner=lambda k, n, t: 0))
+    q._acc = acc
+    q._bind_fast_produce()
+    assert "produce" not in vars(q)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -276,18 +314,29 @@ def test_the_c_path_appends_without_calling_the_python_path(lt: LoopThread) -> N
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("acks", [1, "all"])
+@pytest.mark.parametrize(("acks", "buffer_memory"), [(1, 32 << 20), ("all", 32 << 20), (1, 24576)])
 def test_blocking_send_of_unkeyed_records_from_several_threads(
-    cluster: Any, monkeypatch: pytest.MonkeyPatch, impl: str, acks: int | str
+    cluster: Any, monkeypatch: pytest.MonkeyPatch, impl: str, acks: int | str, buffer_memory: int
 ) -> None:
-    if impl == "python":
-        monkeypatch.setattr(producer_module, "FastProduce", None)
-    topic = f"fast-path-{impl}-{acks}"
+    # buffer_memory 24 KiB (three 8 KiB batches): the threads block for memory again and again,
+    # the C path handing over to the Python path's FIFO wait while the others append
+    _python_only(monkeypatch, impl)
+    blocked: list[int] = []
+    reserve_blocking = BufferMemory.reserve_blocking
+
+    def counted(self: BufferMemory, nbytes: int) -> None:
+        blocked.append(nbytes)
+        reserve_blocking(self, nbytes)
+
+    monkeypatch.setattr(BufferMemory, "reserve_blocking", counted)
+    topic = f"fast-path-{impl}-{acks}-{buffer_memory}"
     with AdminClient(cluster.bootstrap) as admin:
         admin.create_topic(topic, 3)
     threads, per = 3, 4000
     futures: dict[int, list[RecordFuture]] = {}
-    with Producer(cluster.bootstrap, acks=acks, linger_ms=2, batch_size=8192) as p:
+    with Producer(
+        cluster.bootstrap, acks=acks, linger_ms=2, batch_size=8192, buffer_memory=buffer_memory
+    ) as p:
         assert (type(p.send) is FastProduce) == (impl == "c")
 
         def writer(t: int) -> None:
@@ -297,9 +346,21 @@ def test_blocking_send_of_unkeyed_records_from_several_threads(
         p.flush(60)
         metas = {t: [f.result(0) for f in fs] for t, fs in futures.items()}
     records = asyncio.run(read_all(cluster.bootstrap, topic, 3, threads * per))
-    assert len(records) == threads * per  # none lost, none duplicated
+    _check_read_back(records, metas, threads * per)
+    assert bool(blocked) == (buffer_memory < 1 << 20)  # the small buffer made threads wait
+
+
+def _python_only(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
+    if impl == "python":
+        monkeypatch.setattr(producer_module, "FastProduce", None)
+
+
+def _check_read_back(records: list[Any], metas: dict[int, list[Any]], total: int) -> None:
+    """Every record of thread ``t`` (value ``t:i``) read back once, where its metadata says,
+    in the thread's order per partition."""
+    assert len(records) == total  # none lost, none duplicated
     at = {(r.partition, r.offset): r.value for r in records}
-    assert len(at) == threads * per
+    assert len(at) == total
     for t, ms in metas.items():
         assert all(isinstance(m, RecordMetadata) for m in ms)
         last: dict[int, int] = {}
@@ -336,3 +397,101 @@ def test_without_the_c_module_the_python_path_is_used() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+_FAILED_REINIT = """
+from tests.client.per_record_helpers import LoopThread, make_acc
+from headwater.client import producer as pm
+from headwater.client.record_future import RecordFuture
+
+lt = LoopThread()
+acc = make_acc(lt)
+def python_produce(*a, **k):
+    return "python"
+f = pm.FastProduce(python_produce, acc, {}, {}, None, 1 << 20, RecordFuture, pm.ProducerBatch)
+class NoSlots:
+    __slots__ = ()
+try:
+    f.__init__(python_produce, acc, {}, {}, None, 1 << 20, RecordFuture, NoSlots)
+except AttributeError:
+    pass
+else:
+    raise AssertionError("re-init with a batch type without slots succeeded")
+for call in (lambda: f("t", b"v"), lambda: f("t", b"v", key=b"k")):
+    try:
+        call()
+    except RuntimeError as exc:
+        assert "not initialised" in str(exc), exc
+    else:
+        raise AssertionError("a call after a failed re-init succeeded")
+lt.stop()
+print("ok")
+"""
+
+
+def test_a_failed_reinit_leaves_a_call_that_raises_not_one_that_crashes() -> None:
+    # __init__ called again with bad arguments clears the cached fields: the object must then
+    # refuse calls with an error (as before its first __init__), not run the C path on NULLs
+    # (it crashed the interpreter: a segmentation fault). In a child process, so that a crash
+    # fails this test instead of killing the test run.
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", _FAILED_REINIT], capture_output=True, text=True, timeout=60, cwd=root
+    )
+    assert out.returncode == 0, (out.returncode, out.stderr)
+    assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_partitions_added_while_threads_send(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch, impl: str
+) -> None:
+    # A metadata update (2 -> 4 partitions) while several threads send: the cached topic ->
+    # partitions dict is cleared and refilled under the C path, which must fall back and then
+    # append to the new partitions too; every record read back exactly once, in each thread's
+    # order per partition.
+    _python_only(monkeypatch, impl)
+    topic = f"fast-path-grow-{impl}"
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topic(topic, 2)
+        threads, per = 3, 3000
+        futures: dict[int, list[RecordFuture]] = {}
+        halfway = threading.Barrier(threads + 1)
+        with Producer(
+            cluster.bootstrap, acks=1, linger_ms=2, batch_size=2048, metadata_max_age_ms=100
+        ) as p:
+            assert (type(p.send) is FastProduce) == (impl == "c")
+
+            def writer(t: int) -> None:
+                fs = [p.send(topic, b"%d:%d" % (t, i)) for i in range(per // 2)]
+                halfway.wait(60)
+                halfway.wait(60)  # the partitions were added
+                fs += [p.send(topic, b"%d:%d" % (t, i)) for i in range(per // 2, per)]
+                halfway.wait(60)
+                halfway.wait(60)  # the producer's metadata has the new partitions
+                fs += [p.send(topic, b"%d:%d" % (t, i)) for i in range(per, 2 * per)]
+                futures[t] = fs
+
+            ws = [threading.Thread(target=writer, args=(t,)) for t in range(threads)]
+            for w in ws:
+                w.start()
+            halfway.wait(60)
+            admin.create_partitions(topic, 4)
+            halfway.wait(60)
+            halfway.wait(60)
+            view = p._p._metadata
+            assert view is not None
+            wait_for(  # a refresh as the sender's next maybe_refresh (metadata_max_age_ms) does
+                lambda: len(p._lt.run(view.refresh()).topics[topic].partitions) == 4,
+                timeout=30,
+                what="the producer's metadata to show 4 partitions",
+            )
+            halfway.wait(60)
+            for w in ws:
+                w.join(120)
+            assert not any(w.is_alive() for w in ws)
+            p.flush(60)
+            metas = {t: [f.result(0) for f in fs] for t, fs in futures.items()}
+    records = asyncio.run(read_all(cluster.bootstrap, topic, 4, threads * 2 * per))
+    _check_read_back(records, metas, threads * 2 * per)
+    assert {r.partition for r in records} == {0, 1, 2, 3}  # the new partitions were used
