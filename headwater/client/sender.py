@@ -34,7 +34,10 @@ remembers the last 5 batches of a producer to answer a resend as a duplicate). g
 one broker are concurrent, so a later request may reach the broker first; it is then answered
 OUT_OF_ORDER_SEQUENCE_NUMBER and resent in order. Results, per partition entry: success (fresh
 or duplicate: the broker answers the original offset) acknowledges the sequences; an in-band
-error means the broker appended nothing of the entry. A retriable one re-enqueues the batches
+error means the broker appended nothing of the entry, except REQUEST_TIMED_OUT,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND and NOT_LEADER_OR_FOLLOWER (``MAYBE_APPENDED``), which the
+broker also answers when the acks=all wait after an append fails: their outcome is unknown,
+as after a transport error. A retriable one re-enqueues the batches
 in sequence order, and a retried batch is resent alone once it is the oldest unresolved batch
 of its partition (Kafka's rule: retries reduce the partition to one in flight until it is in
 order again). A terminal one drops the batch's sequences (``Sequencer.drop``: later batches
@@ -68,6 +71,16 @@ from headwater.client.types import TopicPartition
 from headwater.v1 import broker_pb2, transaction_pb2
 
 log = logging.getLogger(__name__)
+
+
+#: In-band produce errors a broker also answers after appending the entry, when the acks=all
+#: wait for the followers fails (``services/broker/partition.py`` ``Partition.append``): the
+#: records may be in the log although the answer is an error.
+MAYBE_APPENDED = (
+    errors.RequestTimedOutError,
+    errors.NotEnoughReplicasAfterAppendError,
+    errors.NotLeaderOrFollowerError,
+)
 
 
 class Sender:
@@ -323,8 +336,14 @@ class Sender:
     def _idempotent_error(
         self, batches: list[ProducerBatch], err: errors.HeadwaterError, leader: int
     ) -> None:
-        """An in-band error for one partition's batches (the broker appended none of them)
-        from ``leader``."""
+        """An in-band error for one partition's batches from ``leader``: the broker appended
+        none of them, except after an append whose acks=all wait failed
+        (:data:`MAYBE_APPENDED`): those batches' outcome is unknown until a retry is answered,
+        so failing for good they never release their sequences (a later batch given them would
+        be answered as their duplicate, its own records never written)."""
+        assert self.producing is not None
+        if isinstance(err, MAYBE_APPENDED):
+            self.uncertain.update(batches)
         first = batches[0]
         if isinstance(
             err, errors.OutOfOrderSequenceNumberError | errors.UnknownProducerIdError

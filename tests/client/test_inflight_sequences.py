@@ -166,6 +166,10 @@ class FakeBroker:
 
     LOST = -1
     BUG = -2  # the call raises an unexpected exception (not a gRPC error)
+    #: ``inject`` value + this: the entry is appended, then answered with the in-band code
+    #: (an acks=all wait that ended in REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND or
+    #: NOT_LEADER_OR_FOLLOWER after the append, as ``Partition.append`` answers)
+    AFTER_APPEND = 1 << 20
 
     def __init__(self) -> None:
         self.state = ProducerStateManager()
@@ -203,6 +207,11 @@ class FakeBroker:
         res = broker_pb2.PartitionProduceResult(
             topic=p.topic, partition=p.partition, base_offset=-1, log_append_time=-1
         )
+        if code >= self.AFTER_APPEND:
+            appended = self._append(p, ErrorCode.NONE)
+            appended.error_code = code - self.AFTER_APPEND  # type: ignore[assignment]
+            appended.base_offset = -1
+            return appended
         if code not in (ErrorCode.NONE, self.LOST):
             res.error_code = code  # type: ignore[assignment]
             return res
@@ -249,7 +258,7 @@ async def _true(value: bool) -> bool:
 class Rig:
     """An idempotent Sender over a real Accumulator and the fake broker."""
 
-    def __init__(self, broker: FakeBroker, max_in_flight: int = 5) -> None:
+    def __init__(self, broker: FakeBroker, max_in_flight: int = 5, retries: int = 20) -> None:
         self.acc = Accumulator(
             batch_size=4096,
             linger_ms=0,
@@ -268,7 +277,7 @@ class Rig:
             acks=broker_pb2.ACKS_ALL,
             max_in_flight=max_in_flight,
             request_timeout_ms=1000,
-            retries=20,
+            retries=retries,
             retry_backoff_ms=1,
             max_request_size=1 << 20,
             client_id="t",
@@ -438,6 +447,45 @@ def test_a_batch_failing_for_good_releases_its_sequences_to_the_batches_in_fligh
         assert [c.sequences for c in broker.calls[4:]] == [[3], [6]]
         assert rig.seq.next_seq(TP) == 9
         rig.seq.check()
+
+    run(go)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ],
+)
+def test_a_batch_failing_for_good_after_an_append_never_lends_its_sequences(code: int) -> None:
+    """The broker appended the entry, then its acks=all wait failed in-band; the batch is out
+    of retries. Its sequences are in the broker's run: released to the next batch, that batch
+    would be answered as their duplicate (acknowledged, its own records never written).
+    Every acknowledged record must be in the log at its offset."""
+
+    async def go() -> None:
+        broker = FakeBroker()
+        broker.hold = False
+        broker.inject[1] = broker.inject[2] = FakeBroker.AFTER_APPEND + code  # and its retry
+        rig = Rig(broker, retries=1)
+        for k in range(3):
+            rig.batch(k)
+            await async_wait_for(
+                lambda: _true(all(f.done() for f in rig.futures)),
+                timeout=5,
+                what=f"batch {k} resolved",
+                interval=0.001,
+            )
+        await rig.close()
+        assert rig.futures[3].exception() is not None  # batch 1 failed for good
+        for f, value in zip(rig.futures, rig.values, strict=True):
+            if f.exception() is None:
+                assert broker.log[f.result().offset] == value
+        # batch 1's outcome is unknown to the producer: it cannot go on numbering
+        with pytest.raises(errors.OutOfOrderSequenceNumberError):
+            rig.seq.check()
 
     run(go)
 
