@@ -18,7 +18,8 @@ Contract (Kafka's TransactionManager / RecordAccumulator rules):
 * ``acked(tp, batch)``: the broker acknowledged the batch (a duplicate answer is an
   acknowledgement too: the broker returns the original offset).
 * ``drop(tp, batch)``: the broker definitely appended nothing of ``batch`` (an in-band error
-  code: the broker checks a partition's batches before appending any) and it failed for good.
+  code: the broker checks a partition's batches before appending any; not one of the codes it
+  also answers after an append, ``sender.MAYBE_APPENDED``) and it failed for good.
   Its sequence space is released: every later batch of the window moves down by its record
   count and is marked ``restamp`` (its bytes get the new ``base_sequence`` before it is sent
   again; a copy already in flight is rejected as out of order, since the broker lacks the
