@@ -373,23 +373,37 @@ class RecordBatch:
             return np.full(h.record_count, h.max_timestamp, dtype=np.int64)
         return self.columns.timestamp_deltas.astype(np.int64) + h.first_timestamp
 
-    def values(self) -> list[bytes | None]:
-        return self.columns.values.to_pylist()
+    def values(self, start: int = 0, stop: int | None = None) -> list[bytes | None]:
+        """Values of records ``start..stop`` (default: every record); only those are
+        converted to Python bytes."""
+        return self.columns.values.to_pylist(start, stop)
 
-    def keys(self) -> list[bytes | None]:
+    def keys(self, start: int = 0, stop: int | None = None) -> list[bytes | None]:
+        """Keys of records ``start..stop`` (default: every record), None for a null key."""
         k = self.columns.keys
-        return [None] * len(self) if k is None else k.to_pylist()
+        if k is None:
+            end = len(self) if stop is None else min(stop, len(self))
+            return [None] * max(0, end - start)
+        return k.to_pylist(start, stop)
 
-    def headers(self) -> list[tuple[tuple[str, bytes | None], ...]]:
+    def headers(
+        self, start: int = 0, stop: int | None = None
+    ) -> list[tuple[tuple[str, bytes | None], ...]]:
+        """Headers of records ``start..stop`` (default: every record): a tuple of
+        ``(key, value)`` pairs each; only those records' headers are converted."""
         c = self.columns
+        end = c.count if stop is None else min(stop, c.count)
         if c.header_offsets is None:
-            return [()] * c.count
+            return [()] * max(0, end - start)
         assert c.header_keys is not None and c.header_values is not None
-        hk = [k.decode() if k is not None else "" for k in c.header_keys.to_pylist()]
-        hv = c.header_values.to_pylist()
+        o = c.header_offsets[start : end + 1].tolist()
+        if not o:
+            return []
+        first, last = o[0], o[-1]
+        hk = [k.decode() if k is not None else "" for k in c.header_keys.to_pylist(first, last)]
+        hv = c.header_values.to_pylist(first, last)
         pairs = list(zip(hk, hv, strict=True))
-        o = c.header_offsets.tolist()
-        return [tuple(pairs[o[i] : o[i + 1]]) for i in range(c.count)]
+        return [tuple(pairs[o[i] - first : o[i + 1] - first]) for i in range(len(o) - 1)]
 
     def records(self) -> list[Record]:
         """Materialised records (one Python object each: for convenience, not speed)."""

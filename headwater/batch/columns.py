@@ -57,11 +57,17 @@ class BinaryColumn:
     offsets: np.ndarray  # int32[n+1]
     data: memoryview
 
-    def to_pylist(self) -> list[bytes | None]:
-        """Values as Python bytes (None for nulls). Uses Arrow's C++ loop when available."""
+    def to_pylist(self, start: int = 0, stop: int | None = None) -> list[bytes | None]:
+        """Values ``start..stop`` (default: all) as Python bytes (None for nulls), through
+        Arrow's C++ loop; only the values asked for are converted."""
         import pyarrow as pa
 
-        return _binary_array(pa.binary(), self, len(self.offsets) - 1).to_pylist()
+        n = len(self.offsets) - 1
+        arr = _binary_array(pa.binary(), self, n)
+        if start or (stop is not None and stop < n):
+            end = n if stop is None else min(stop, n)
+            arr = arr.slice(start, max(0, end - start))
+        return arr.to_pylist()
 
 
 def _binary_array(pa_type: Any, col: BinaryColumn, n: int) -> Any:

@@ -9,6 +9,8 @@ bytes the producer sent).
 
 from __future__ import annotations
 
+from functools import partial
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -58,30 +60,39 @@ class FetchedBatch(NamedTuple):
         return self.batch.timestamps()[self.start : self.stop]
 
     def values(self) -> list[bytes | None]:
-        v = self.batch.values()
-        return v if self.whole else v[self.start : self.stop]
+        return self.batch.values(self.start, self.stop)
 
     def keys(self) -> list[bytes | None]:
-        k = self.batch.keys()
-        return k if self.whole else k[self.start : self.stop]
+        return self.batch.keys(self.start, self.stop)
 
     def headers(self) -> list[tuple[tuple[str, bytes | None], ...]]:
-        return self.batch.headers()[self.start : self.stop]
+        return self.batch.headers(self.start, self.stop)
 
     def to_arrow(self) -> Any:
         rb = self.batch.to_arrow()
         return rb if self.whole else rb.slice(self.start, self.stop - self.start)
 
     def records(self) -> list[ConsumerRecord]:
+        """The slice's records as :class:`ConsumerRecord` (built by C-level iteration: no
+        Python frame per record)."""
+        n = self.stop - self.start
         t, p = self.tp
-        return [
-            ConsumerRecord(t, p, o, ts, k, v, h)
-            for o, ts, k, v, h in zip(
-                self.offsets().tolist(),
-                self.timestamps().tolist(),
-                self.keys(),
-                self.values(),
-                self.headers(),
-                strict=True,
+        return list(
+            map(
+                _new_consumer_record,
+                zip(
+                    repeat(t, n),
+                    repeat(p, n),
+                    self.offsets().tolist(),
+                    self.timestamps().tolist(),
+                    self.keys(),
+                    self.values(),
+                    self.headers(),
+                    strict=True,
+                ),
             )
-        ]
+        )
+
+
+#: ``ConsumerRecord`` from a 7-tuple without the named tuple's Python ``__new__``
+_new_consumer_record = partial(tuple.__new__, ConsumerRecord)

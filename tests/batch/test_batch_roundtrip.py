@@ -212,3 +212,31 @@ def test_patch_header_keeps_crc_valid(spec: dict, base_offset: int, epoch: int) 
     [b] = decode_batches(bytes(raw))
     assert b.header.base_offset == base_offset
     assert b.values() == list(spec["values"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches(), st.integers(0, 45), st.integers(0, 45))
+def test_a_slice_converts_to_what_the_whole_batch_gives_there(
+    spec: dict, start: int, stop: int
+) -> None:
+    """values/keys/headers of records start..stop (what a consumer's poll hands out when it
+    stops inside a batch) equal the whole batch's lists sliced there, and a FetchedBatch's
+    records are those of the whole batch in that range."""
+    from headwater.client.fetched import FetchedBatch
+    from headwater.client.types import ConsumerRecord, TopicPartition
+
+    [batch] = decode_batches(encode_batch(**spec))
+    values, keys, headers = batch.values(), batch.keys(), batch.headers()
+    assert batch.values(start, stop) == values[start:stop]
+    assert batch.keys(start, stop) == keys[start:stop]
+    assert batch.headers(start, stop) == headers[start:stop]
+    lo = min(start, len(batch))
+    hi = max(lo, min(stop, len(batch)))
+    fb = FetchedBatch(TopicPartition("t", 3), batch, lo, hi)
+    expected = [
+        ConsumerRecord("t", 3, r.offset, r.timestamp, r.key, r.value, r.headers)
+        for r in batch.records()[lo:hi]
+    ]
+    got = fb.records()
+    assert got == expected
+    assert all(type(r) is ConsumerRecord for r in got)
