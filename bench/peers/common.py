@@ -177,11 +177,12 @@ def unwritten_bytes() -> int:
 def settle_writeback(timeout_s: float = WRITEBACK_TIMEOUT_S) -> dict[str, float]:
     """Let the kernel write the page cache's dirty data back before a bandwidth unit.
 
-    A log append is a write into the page cache, and once a few GB are dirty the kernel holds
-    every writer to the disk's writeback rate (``dd`` of 1 GiB files on this machine kind:
-    5.4 GB/s, then 1.0 GB/s, then ~0.41 GB/s from the third GiB on; docs/benchmarks.md "The
-    disk under the 1 KiB rows"). Without this, a unit inherits the writeback debt of the units
-    before it, whichever system wrote them, and its figure depends on the order of the run.
+    A log append is a write into the page cache, and once about a GB is dirty the kernel
+    holds writers to its writeback estimate (``dd`` of 1 GiB files on this machine kind:
+    5.4 GB/s, then 1.0 GB/s, then ~0.41 GB/s from the third GiB on; after a ``sync`` the
+    next GiBs go at ~5 GB/s again; docs/benchmarks.md "The disk under the 1 KiB rows"). So
+    each unit starts from the same state instead of the writeback debt of the units before it,
+    whichever system wrote them (the units of one broker still meet it as they write).
     Starts a ``sync`` (in a daemon thread) and waits until less than
     :data:`WRITEBACK_SETTLED_BYTES` is unwritten, at most ``timeout_s``. Returns what the
     row records: unwritten MB at the start and the seconds waited."""
