@@ -157,49 +157,6 @@ def percentiles_ms(samples_ns: np.ndarray | list[int]) -> dict[str, float]:
     return {"p50": float(p50), "p99": float(p99), "p999": float(p999), "max": float(a.max())}
 
 
-#: A bandwidth unit starts once the page cache holds less than this of data not yet on disk.
-WRITEBACK_SETTLED_BYTES = 64 * 1024 * 1024
-#: The longest a unit waits for that (the disk writes back ~0.4 GB/s on this machine kind).
-WRITEBACK_TIMEOUT_S = 120.0
-
-
-def unwritten_bytes() -> int:
-    """Dirty plus under-writeback page-cache bytes, machine-wide (``/proc/vmstat``)."""
-    pages = 0
-    with open("/proc/vmstat") as f:
-        for line in f:
-            name, _, value = line.partition(" ")
-            if name in ("nr_dirty", "nr_writeback"):
-                pages += int(value)
-    return pages * os.sysconf("SC_PAGE_SIZE")
-
-
-def settle_writeback(timeout_s: float = WRITEBACK_TIMEOUT_S) -> dict[str, float]:
-    """Let the kernel write the page cache's dirty data back before a bandwidth unit.
-
-    A log append is a write into the page cache, and once about a GB is dirty the kernel
-    holds writers to its writeback estimate (``dd`` of 1 GiB files on this machine kind:
-    5.4 GB/s, then 1.0 GB/s, then ~0.41 GB/s from the third GiB on; after a ``sync`` the
-    next GiBs go at ~5 GB/s again; docs/benchmarks.md "The disk under the 1 KiB rows"). So
-    each unit starts from the same state instead of the writeback debt of the units before it,
-    whichever system wrote them (the units of one broker still meet it as they write).
-    Starts a ``sync`` (in a daemon thread) and waits until less than
-    :data:`WRITEBACK_SETTLED_BYTES` is unwritten, at most ``timeout_s``. Returns what the
-    row records: unwritten MB at the start and the seconds waited."""
-    import threading
-
-    before = unwritten_bytes()
-    t0 = time.monotonic()
-    if before >= WRITEBACK_SETTLED_BYTES:
-        threading.Thread(target=os.sync, name="writeback-sync", daemon=True).start()
-        while unwritten_bytes() >= WRITEBACK_SETTLED_BYTES and time.monotonic() - t0 < timeout_s:
-            time.sleep(0.05)
-    return {
-        "unwritten_mb_at_start": round(before / MB, 1),
-        "writeback_wait_s": round(time.monotonic() - t0, 2),
-    }
-
-
 def payload_pool(size: int, n: int = 1000) -> list[bytes]:
     """``n`` random printable values of ``size`` bytes, made before any clock starts."""
     rng = np.random.default_rng(42)

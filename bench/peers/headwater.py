@@ -135,7 +135,6 @@ def produce_max(
     """``headwater bench produce`` in its own process; ``topic`` defaults to one named after
     the workload and mode (created by the command when missing)."""
     topic = topic or _topic(w, "" if mode == "many" else f"-{mode}")
-    settled = common.settle_writeback()
     res = _bench(
         bootstrap,
         max_s + 300,
@@ -176,7 +175,7 @@ def produce_max(
         latency_ms=_latency(res),
         config=CONFIG,
         note=note,
-        extra={"mode": mode, **settled},
+        extra={"mode": mode},
     )
     return row, topic
 
@@ -186,7 +185,6 @@ def consume(
 ) -> Row:
     """``decode`` "values": the asyncio consumer's batches; "records": the blocking
     ``Consumer.poll()`` iterated per record (issue 17's per-record consumer row)."""
-    settled = common.settle_writeback()
     res = _bench(
         bootstrap,
         max_s + 300,
@@ -214,7 +212,7 @@ def consume(
             if decode == "records"
             else "--decode values (bytes per record)"
         ),
-        extra={"wire_mb_per_sec": res["mb_per_sec"], **settled}
+        extra={"wire_mb_per_sec": res["mb_per_sec"]}
         | ({"mode": "records"} if decode == "records" else {}),
     )
 

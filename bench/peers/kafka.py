@@ -102,7 +102,6 @@ from bench.peers.common import (
     percentiles_ms,
     record_count,
     selected,
-    settle_writeback,
     stamp,
     workloads,
 )
@@ -817,9 +816,6 @@ def main() -> None:
                 for client in clients:
                     k = (client, w.partitions, w.record_size)
                     java = client == JAVA_CLIENT
-                    # as bench/peers/headwater.py does before each of its bandwidth units
-                    bandwidth = w.kind in ("produce-max", "consume")
-                    settled = settle_writeback() if bandwidth else {}
                     try:
                         if w.kind == "produce-max":
                             r = (
@@ -852,7 +848,6 @@ def main() -> None:
                     except Exception as e:  # one failed row must not lose the others
                         log(f"FAILED {client} {w.key}: {e!r}")
                         continue
-                    r.extra.update(settled)
                     append_row(a.out, r)
                     lat = r.latency_ms or {}
                     log(
