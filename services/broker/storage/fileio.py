@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 #: Suffix of a directory renamed aside for deletion (Kafka's ``-delete``): it never matches
 #: a partition directory's name, so a crash half-way through removing it leaves nothing
@@ -277,6 +278,43 @@ def sync_filesystem(path: Path) -> None:
             raise OSError(err, f"syncfs {path}: {os.strerror(err)}")
     finally:
         os.close(fd)
+
+
+#: ``sync_file_range(2)``'s SYNC_FILE_RANGE_WRITE: start writeback, do not wait.
+_SFR_WRITE = 2
+
+
+@functools.cache
+def _sync_file_range() -> Any:
+    fn = getattr(_libc(), "sync_file_range", None)
+    if fn is not None:
+        fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        fn.restype = ctypes.c_int
+    return fn
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
+    """Start writing ``[offset, offset + nbytes)`` of ``fd`` back to disk, without waiting
+    (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``). False where the call does not exist or
+    fails; nothing else happens then. Not a durability step (no wait, no metadata)."""
+    fn = _sync_file_range()
+    if fn is None or nbytes <= 0:
+        return False
+    return bool(fn(fd, offset, nbytes, _SFR_WRITE) == 0)
+
+
+def drop_cached(fd: int, offset: int, nbytes: int) -> bool:
+    """Drop the clean pages of ``[offset, offset + nbytes)`` of ``fd`` from the page cache
+    (``posix_fadvise(DONTNEED)``; pages still dirty or under writeback stay). Later reads of
+    the range come from the disk. Does not wait for the disk. False where unsupported or on
+    error (the data is unaffected either way: the cache is only a copy)."""
+    if nbytes <= 0 or not hasattr(os, "posix_fadvise"):
+        return False
+    try:
+        os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        return False
+    return True
 
 
 @functools.cache
