@@ -33,23 +33,28 @@ _METHOD_UNARY = "/ceiling.Sink/Put"
 _METHOD_STREAM = "/ceiling.Source/Get"
 
 
+def _write_pass(path: Path, total_mib: int, untimed_mib: int = 0) -> float:
+    """Seconds taken by the last ``total_mib - untimed_mib`` of ``total_mib`` 1 MiB writes of one
+    reused buffer into the new file ``path`` (no fsync; deleted after)."""
+    buf = os.urandom(MIB)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for _ in range(untimed_mib):
+            os.write(fd, buf)
+        t0 = time.perf_counter()
+        for _ in range(total_mib - untimed_mib):
+            os.write(fd, buf)
+        return time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
 def page_cache_write_mb_s(directory: Path, total_mib: int = 1024, repeats: int = 3) -> float:
     """Best of ``repeats`` passes writing ``total_mib`` MiB into a new file (deleted after)."""
-    buf = os.urandom(MIB)
-    best = 0.0
-    for i in range(repeats):
-        path = directory / f"pagecache-{i}.bin"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            t0 = time.perf_counter()
-            for _ in range(total_mib):
-                os.write(fd, buf)
-            elapsed = time.perf_counter() - t0
-        finally:
-            os.close(fd)
-            path.unlink()
-        best = max(best, total_mib / elapsed)
-    return best
+    return max(
+        total_mib / _write_pass(directory / f"pagecache-{i}.bin", total_mib) for i in range(repeats)
+    )
 
 
 def page_cache_write_sustained_mb_s(directory: Path, total_mib: int = 4096) -> float:
@@ -59,20 +64,8 @@ def page_cache_write_sustained_mb_s(directory: Path, total_mib: int = 4096) -> f
     at ~0.35-0.4 GB/s: page cache, tmpfs and anonymous memory alike, once the few GiB the host
     still backs are used. A long run of 1 KiB produce units meets that rate (the *growing* pass
     of 2 GiB mostly does not); docs/benchmarks.md "The VM's memory under the 1 KiB rows"."""
-    buf = os.urandom(MIB)
-    path = directory / "pagecache-sustained.bin"
     tail_mib = min(1024, total_mib)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        for _ in range(total_mib - tail_mib):
-            os.write(fd, buf)
-        t0 = time.perf_counter()
-        for _ in range(tail_mib):
-            os.write(fd, buf)
-        elapsed = time.perf_counter() - t0
-    finally:
-        os.close(fd)
-        path.unlink()
+    elapsed = _write_pass(directory / "pagecache-sustained.bin", total_mib, total_mib - tail_mib)
     return tail_mib * MIB / 1e6 / elapsed
 
 
