@@ -338,6 +338,14 @@ READ_ONLY_BROKER_KEYS: dict[str, ConfigKey] = {
             "Pause between two log-compaction passes (--log-cleaner-backoff-ms).",
             read_only=True,
         ),
+        ConfigKey(
+            "log.page.cache.window.bytes",
+            int,
+            0,
+            "Each log segment drops from the page cache what lies more than this many bytes "
+            "behind its end; 0: never (--log-page-cache-window-bytes).",
+            read_only=True,
+        ),
     ]
 }
 

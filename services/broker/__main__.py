@@ -77,6 +77,15 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         "the open-file limit",
     )
     ap.add_argument(
+        "--log-page-cache-window-bytes",
+        type=int,
+        default=0,
+        help="each log segment drops from the page cache what lies more than this many bytes "
+        "behind its end (0: never, the kernel decides, as with Kafka); only for hosts where "
+        "fresh memory is slow (docs/storage.md, Page-cache window). Readers further behind "
+        "read from the disk",
+    )
+    ap.add_argument(
         "--controlled-shutdown-timeout-s",
         type=float,
         default=10.0,
@@ -168,6 +177,8 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         ap.error("--replica-lag-time-max-ms must be positive")
     if a.index_files_open_max < 2:
         ap.error("--index-files-open-max must be at least 2")
+    if a.log_page_cache_window_bytes != 0 and a.log_page_cache_window_bytes < 64 * 1024 * 1024:
+        ap.error("--log-page-cache-window-bytes must be 0 (off) or at least 67108864 (64 MiB)")
     if a.log_retention_check_interval_ms <= 0:
         ap.error("--log-retention-check-interval-ms must be positive")
     stream_limits = StreamLimits(
@@ -203,6 +214,7 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         peer_overrides=overrides,
         replica_lag_time_max_ms=a.replica_lag_time_max_ms,
         index_files_open_max=a.index_files_open_max,
+        page_cache_window_bytes=a.log_page_cache_window_bytes,
         controlled_shutdown_s=a.controlled_shutdown_timeout_s,
         session_timeout_s=a.session_timeout_s,
         log_cleaner_backoff_ms=a.log_cleaner_backoff_ms,

@@ -86,7 +86,7 @@ from services.broker.registration import LEASE_TTL_S, Registration
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication.peers import Peers
 from services.broker.replication.shutdown import controlled_shutdown
-from services.broker.storage import LogManager, cleaner, fileio
+from services.broker.storage import LogManager, cleaner, fileio, segment
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,8 @@ class BrokerSettings:
     replica_lag_time_max_ms: int = 10_000
     #: Bound of open index files (``--index-files-open-max``; descriptors.index_files_bound).
     index_files_open_max: int = descriptors.INDEX_FILES_OPEN_MAX
+    #: Page-cache window of every log segment (``--log-page-cache-window-bytes``; 0: off).
+    page_cache_window_bytes: int = 0
     controlled_shutdown_s: float = 10.0
     #: TTL of the registration lease (``--session-timeout-s``)
     session_timeout_s: int = LEASE_TTL_S
@@ -146,6 +148,7 @@ class BrokerSettings:
             "replica.lag.time.max.ms": str(self.replica_lag_time_max_ms),
             "log.retention.check.interval.ms": str(self.retention_check_interval_ms),
             "log.cleaner.backoff.ms": str(self.log_cleaner_backoff_ms),
+            "log.page.cache.window.bytes": str(self.page_cache_window_bytes),
         }
 
 
@@ -198,6 +201,7 @@ async def _start(settings: BrokerSettings, proc: ProcessRunner) -> dict[str, Any
         d.mkdir(parents=True, exist_ok=True)
     before, limit = descriptors.raise_soft_limit()
     fileio.INDEX_FILES.bound = descriptors.index_files_bound(limit, settings.index_files_open_max)
+    segment.PAGE_CACHE_WINDOW_BYTES = settings.page_cache_window_bytes
     log_manager = await asyncio.to_thread(LogManager, [str(d) for d in settings.data_dirs])
     budget = descriptors.DescriptorBudget(limit)
     room = budget.room()

@@ -1,4 +1,5 @@
-"""A segment's write-behind: writeback started as it grows, old pages dropped behind a window.
+"""A segment's write-behind: writeback started as it grows and, when the broker sets a
+page-cache window (off by default), old pages dropped behind it.
 
 The cache is only a copy, so what must hold is (1) the bytes read back are the bytes written,
 also from ranges dropped from the cache; (2) the writeback ranges tile what was appended, in
@@ -95,3 +96,28 @@ def test_a_log_cut_back_goes_on_from_its_new_end(open_log, calls) -> None:
     assert _tiles(new_starts) and all(b - a >= STEP for a, b in new_starts)
     assert new_drops and new_drops[0][0] <= cut_size and _tiles(new_drops)
     assert len(read_all(log)) == seg.size
+
+
+def test_by_default_no_page_is_dropped(open_log, calls, monkeypatch) -> None:
+    """Window 0 (the broker's default): writeback is still started, but every page stays
+    in the kernel's page cache for readers behind the end, as with Kafka."""
+    monkeypatch.setattr(segment, "PAGE_CACHE_WINDOW_BYTES", 0)
+    log = open_log()
+    for i in range(120):
+        append(log, make_batch(3, tag=i, value_size=700))
+    assert log._segments[-1].size > 4 * WINDOW
+    assert calls["start"] and _tiles(calls["start"])
+    assert calls["drop"] == []
+
+
+def test_the_broker_flag_sets_the_window_and_refuses_a_small_one(capsys) -> None:
+    from services.broker.__main__ import parse_args
+
+    base = ["--broker-id", "1", "--data-dirs", "/tmp/hw-unused", "--etcd", "127.0.0.1:1"]
+    assert parse_args(base).page_cache_window_bytes == 0
+    settings = parse_args([*base, "--log-page-cache-window-bytes", str(256 << 20)])
+    assert settings.page_cache_window_bytes == 256 << 20
+    assert settings.registered_configs()["log.page.cache.window.bytes"] == str(256 << 20)
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--log-page-cache-window-bytes", "4096"])
+    assert "at least 67108864" in capsys.readouterr().err

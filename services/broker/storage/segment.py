@@ -48,13 +48,16 @@ SCAN_CHUNK = 16 * 1024
 RECOVERY_CHUNK = 8 * 1024 * 1024
 #: Every this many appended bytes a segment starts their writeback (no wait).
 WRITEBACK_BYTES = 8 * 1024 * 1024
-#: A segment keeps at most about this much of its newest bytes in the page cache on its own
-#: account: older pages, written back by then, are dropped (in steps of
-#: ``4 * WRITEBACK_BYTES``), so a long-running writer reuses the pages it frees instead of
-#: taking fresh memory each append. Fresh memory is what the kernel must find (and on VMs
-#: that hand freed memory back to their host, fault in at ~0.4 GB/s; docs/benchmarks.md
-#: "The VM's memory under the 1 KiB rows"). Readers further behind read from the disk.
-PAGE_CACHE_WINDOW_BYTES = 256 * 1024 * 1024
+#: 0 (the default): a segment leaves its pages to the kernel's page cache, as Kafka does, so a
+#: reader behind the end reads from memory for as long as the kernel keeps them. N > 0
+#: (``--log-page-cache-window-bytes``, set once at broker start): a segment keeps only about
+#: its newest N bytes cached on its own account and drops older pages, written back by then,
+#: in steps of ``4 * WRITEBACK_BYTES``; a long-running writer then reuses the pages it frees
+#: instead of taking fresh memory each append. That pays only on hosts where fresh memory is
+#: slow (VMs that hand freed memory back to their host fault it in at ~0.4 GB/s:
+#: docs/storage.md "Page-cache window"), and it costs every reader more than N behind a
+#: read from the disk.
+PAGE_CACHE_WINDOW_BYTES = 0
 
 
 def file_names(base_offset: int) -> tuple[str, str, str]:
@@ -442,15 +445,17 @@ class LogSegment:
 
     def _write_behind(self, start: int, end: int) -> None:
         """After an append of ``[start, end)``: start the writeback of what was appended since
-        the last start, and drop what lies more than :data:`PAGE_CACHE_WINDOW_BYTES` behind
-        ``end`` (both cheap syscalls that do not wait for the disk; a failure of either
-        changes nothing but the cache). The file may have been cut back since the last call:
-        both marks then go on from ``start``."""
+        the last start and, with a window set, drop what lies more than
+        :data:`PAGE_CACHE_WINDOW_BYTES` behind ``end`` (both cheap syscalls that do not wait
+        for the disk; a failure of either changes nothing but the cache). The file may have
+        been cut back since the last call: both marks then go on from ``start``."""
         frm = min(self._writeback_from, start)
         if end - frm >= WRITEBACK_BYTES:
             fileio.start_writeback(self.fd, frm, end - frm)
             frm = end
         self._writeback_from = frm
+        if PAGE_CACHE_WINDOW_BYTES <= 0:
+            return
         dropped = min(self._dropped_to, start)
         behind = end - PAGE_CACHE_WINDOW_BYTES
         if behind - dropped >= 4 * WRITEBACK_BYTES:
