@@ -82,8 +82,8 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         default=0,
         help="each log segment drops from the page cache what lies more than this many bytes "
         "behind its end (0: never, the kernel decides, as with Kafka); only for hosts where "
-        "fresh memory is slow (docs/storage.md, Page-cache window). Readers further behind "
-        "read from the disk",
+        "fresh memory is slow (docs/storage.md, write-behind and the page-cache window); "
+        "readers further behind read from the disk",
     )
     ap.add_argument(
         "--controlled-shutdown-timeout-s",

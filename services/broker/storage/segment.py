@@ -54,9 +54,9 @@ WRITEBACK_BYTES = 8 * 1024 * 1024
 #: its newest N bytes cached on its own account and drops older pages, written back by then,
 #: in steps of ``4 * WRITEBACK_BYTES``; a long-running writer then reuses the pages it frees
 #: instead of taking fresh memory each append. That pays only on hosts where fresh memory is
-#: slow (VMs that hand freed memory back to their host fault it in at ~0.4 GB/s:
-#: docs/storage.md "Page-cache window"), and it costs every reader more than N behind a
-#: read from the disk.
+#: slow (VMs that hand freed memory back to their host fault it in at ~0.4 GB/s: docs/
+#: storage.md "Write-behind and the page-cache window"), and it costs every reader more than
+#: N behind a read from the disk.
 PAGE_CACHE_WINDOW_BYTES = 0
 
 
