@@ -16,6 +16,7 @@ import os
 import pytest
 from storage_helpers import append, make_batch, read_all
 
+from services.broker.__main__ import parse_args
 from services.broker.storage import fileio, segment
 
 pytestmark = pytest.mark.fast
@@ -111,8 +112,6 @@ def test_by_default_no_page_is_dropped(open_log, calls, monkeypatch) -> None:
 
 
 def test_the_broker_flag_sets_the_window_and_refuses_a_small_one(capsys) -> None:
-    from services.broker.__main__ import parse_args
-
     base = ["--broker-id", "1", "--data-dirs", "/tmp/hw-unused", "--etcd", "127.0.0.1:1"]
     assert parse_args(base).page_cache_window_bytes == 0
     settings = parse_args([*base, "--log-page-cache-window-bytes", str(256 << 20)])
