@@ -23,7 +23,7 @@ Unknown fields are skipped, as protobuf does; a truncated or malformed message r
 
 from __future__ import annotations
 
-from headwater.protowire import int64, skip, varint
+from headwater.protowire import fields, int64
 
 
 class FetchView:
@@ -56,19 +56,11 @@ class FetchView:
 
 def _aborted(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     producer_id = first_offset = 0
-    while pos < end:
-        key, pos = varint(buf, pos)
-        field, wire_type = key >> 3, key & 7
-        if field in (1, 2) and wire_type == 0:
-            value, pos = varint(buf, pos)
-            if field == 1:
-                producer_id = int64(value)
-            else:
-                first_offset = int64(value)
-        else:
-            pos = skip(buf, pos, wire_type)
-    if pos != end:
-        raise ValueError("truncated AbortedTransaction")
+    for number, wire_type, value, _ in fields(buf, pos, end, "AbortedTransaction"):
+        if wire_type == 0 and number == 1:
+            producer_id = int64(value)
+        elif wire_type == 0 and number == 2:
+            first_offset = int64(value)
     return producer_id, first_offset
 
 
@@ -76,42 +68,25 @@ def decode_fetch_response(data: bytes) -> FetchView:
     """Parse FetchResponse wire bytes; ``records`` is a view into ``data``."""
     out = FetchView()
     view = memoryview(data)
-    pos, end = 0, len(data)
-    try:
-        while pos < end:
-            key, pos = varint(data, pos)
-            field, wire_type = key >> 3, key & 7
-            if wire_type == 0 and 1 <= field <= 8 and field not in (2, 6):
-                value, pos = varint(data, pos)
-                value = int64(value)
-                if field == 1:
-                    out.error_code = value
-                elif field == 3:
-                    out.high_watermark = value
-                elif field == 4:
-                    out.last_stable_offset = value
-                elif field == 5:
-                    out.log_start_offset = value
-                elif field == 7:
-                    out.next_offset = value
-                else:  # 8: int32 throttle_time_ms
-                    out.throttle_time_ms = value
-            elif wire_type == 2 and field in (2, 6, 9):
-                n, pos = varint(data, pos)
-                stop = pos + n
-                if stop > end:
-                    raise ValueError("truncated field")
-                if field == 6:
-                    out.records = view[pos:stop]
-                elif field == 2:
-                    out.error_message = str(view[pos:stop], "utf-8")
-                else:
-                    out.aborted.append(_aborted(data, pos, stop))
-                pos = stop
-            else:
-                pos = skip(data, pos, wire_type)
-    except IndexError as exc:
-        raise ValueError("truncated FetchResponse") from exc
-    if pos != end:
-        raise ValueError("truncated FetchResponse")
+    for number, wire_type, a, b in fields(data, 0, len(data), "FetchResponse"):
+        if wire_type == 0:
+            value = int64(a)
+            if number == 1:
+                out.error_code = value
+            elif number == 3:
+                out.high_watermark = value
+            elif number == 4:
+                out.last_stable_offset = value
+            elif number == 5:
+                out.log_start_offset = value
+            elif number == 7:
+                out.next_offset = value
+            elif number == 8:  # int32 throttle_time_ms
+                out.throttle_time_ms = value
+        elif number == 6:
+            out.records = view[a:b]
+        elif number == 2:
+            out.error_message = str(view[a:b], "utf-8")
+        elif number == 9:
+            out.aborted.append(_aborted(data, a, b))
     return out

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from headwater.protowire import encode_varint as varint
+
 _TAG_ACKS = b"\x08"
 _TAG_TIMEOUT = b"\x10"
 _TAG_PARTITIONS = b"\x1a"
@@ -26,21 +28,6 @@ _TAG_TXN_ID = b"\x2a"
 _TAG_TOPIC = b"\x0a"
 _TAG_PARTITION = b"\x10"
 _TAG_RECORDS = b"\x1a"
-
-
-def varint(value: int) -> bytes:
-    """Protobuf base-128 varint; negative int32/int64 values take 10 bytes (two's complement)."""
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
 
 
 def encode_produce_request(

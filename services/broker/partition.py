@@ -715,7 +715,7 @@ class Partition:
         return self.role is Role.FOLLOWER and self.leader_epoch == leader_epoch
 
     def append_as_follower_now(
-        self, records: bytes, leader_epoch: int, leader_hw: int
+        self, records: bytes | memoryview, leader_epoch: int, leader_hw: int
     ) -> bool | None:
         """:meth:`append_as_follower` without awaiting (a follower round's appends need no task
         each), or None (nothing done) when it would have to wait: another coroutine holds the
@@ -738,7 +738,9 @@ class Partition:
             metrics.set_log_size(self.topic, self.partition, int(self.log.size_in_bytes))
         return True
 
-    async def append_as_follower(self, records: bytes, leader_epoch: int, leader_hw: int) -> bool:
+    async def append_as_follower(
+        self, records: bytes | memoryview, leader_epoch: int, leader_hw: int
+    ) -> bool:
         """Append the leader's batches as they are (CRCs checked, offsets must continue the
         log) and move the HW to ``min(leader_hw, LEO)``. False (nothing written) when this
         replica no longer follows in ``leader_epoch``. Small appends run on the event loop

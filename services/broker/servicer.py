@@ -31,6 +31,7 @@ from services.broker.handlers import (
 from services.broker.quotas import enforce
 from services.broker.quotas.manager import QuotaManager
 from services.broker.replica_manager import ReplicaManager
+from services.broker.replication import fetch_wire
 
 SERVICE_NAME = "headwater.v1.Broker"
 
@@ -102,7 +103,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self,
         request_iterator: AsyncIterator[broker_pb2.ReplicaFetchRequest],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[broker_pb2.ReplicaFetchResponse]:
+    ) -> AsyncIterator[fetch_wire.ReplicaFetchView]:
         async for resp in replica_fetch.handle(self._rm, request_iterator):
             yield resp
 
@@ -164,6 +165,12 @@ def registrar(
             servicer.Produce,
             request_deserializer=produce_wire.decode_produce_request,
             response_serializer=broker_pb2.ProduceResponse.SerializeToString,
+        )
+        # ReplicaFetch's answers are written by hand: records copied once, into the message
+        handlers["ReplicaFetch"] = grpc.stream_stream_rpc_method_handler(
+            servicer.ReplicaFetch,
+            request_deserializer=broker_pb2.ReplicaFetchRequest.FromString,
+            response_serializer=fetch_wire.encode_replica_fetch_response,
         )
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headwater.client.produce_wire import encode_produce_request, varint
+from headwater.client.produce_wire import encode_produce_request
+from headwater.protowire import encode_varint as varint
 from headwater.v1 import broker_pb2
 
 pytestmark = pytest.mark.fast

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from headwater.errors import InvalidRequestError
 from headwater.platform.limits import DEFAULT_LIMITS
-from headwater.protowire import int32, skip, varint
+from headwater.protowire import fields, int32
 
 
 class PartitionRecordsView:
@@ -56,26 +56,13 @@ class ProduceRequestView:
 
 def _partition(view: memoryview, pos: int, end: int) -> PartitionRecordsView:
     out = PartitionRecordsView()
-    while pos < end:
-        key, pos = varint(view, pos)
-        field, wire_type = key >> 3, key & 7
-        if field == 2 and wire_type == 0:
-            value, pos = varint(view, pos)
-            out.partition = int32(value)
-        elif wire_type == 2 and field in (1, 3):
-            n, pos = varint(view, pos)
-            stop = pos + n
-            if stop > end:
-                raise ValueError("truncated PartitionRecords")
-            if field == 1:
-                out.topic = str(view[pos:stop], "utf-8")
-            else:
-                out.records = view[pos:stop]
-            pos = stop
-        else:
-            pos = skip(view, pos, wire_type)
-    if pos != end:
-        raise ValueError("truncated PartitionRecords")
+    for number, wire_type, a, b in fields(view, pos, end, "PartitionRecords"):
+        if wire_type == 0 and number == 2:
+            out.partition = int32(a)
+        elif wire_type == 2 and number == 1:
+            out.topic = str(view[a:b], "utf-8")
+        elif wire_type == 2 and number == 3:
+            out.records = view[a:b]
     return out
 
 
@@ -85,38 +72,21 @@ def decode_produce_request(
     """Parse ProduceRequest wire bytes; every ``records`` is a view into ``data``."""
     out = ProduceRequestView()
     view = memoryview(data)
-    pos, end = 0, len(data)
-    try:
-        while pos < end:
-            key, pos = varint(data, pos)
-            field, wire_type = key >> 3, key & 7
-            if wire_type == 0 and field in (1, 2):
-                value, pos = varint(data, pos)
-                if field == 1:
-                    out.acks = int32(value)
-                else:
-                    out.timeout_ms = int32(value)
-            elif wire_type == 2 and field in (3, 4, 5):
-                n, pos = varint(data, pos)
-                stop = pos + n
-                if stop > end:
-                    raise ValueError("truncated field")
-                if field == 3:
-                    if len(out.partitions) >= max_partitions:
-                        raise InvalidRequestError(
-                            f"Broker.Produce: ProduceRequest.partitions has more than "
-                            f"{max_partitions} entries; the limit is {max_partitions}"
-                        )
-                    out.partitions.append(_partition(view, pos, stop))
-                elif field == 4:
-                    out.client_id = str(view[pos:stop], "utf-8")
-                else:
-                    out.transactional_id = str(view[pos:stop], "utf-8")
-                pos = stop
-            else:
-                pos = skip(data, pos, wire_type)
-    except IndexError as exc:
-        raise ValueError("truncated ProduceRequest") from exc
-    if pos != end:
-        raise ValueError("truncated ProduceRequest")
+    for number, wire_type, a, b in fields(data, 0, len(data), "ProduceRequest"):
+        if wire_type == 0:
+            if number == 1:
+                out.acks = int32(a)
+            elif number == 2:
+                out.timeout_ms = int32(a)
+        elif number == 3:
+            if len(out.partitions) >= max_partitions:
+                raise InvalidRequestError(
+                    f"Broker.Produce: ProduceRequest.partitions has more than "
+                    f"{max_partitions} entries; the limit is {max_partitions}"
+                )
+            out.partitions.append(_partition(view, a, b))
+        elif number == 4:
+            out.client_id = str(view[a:b], "utf-8")
+        elif number == 5:
+            out.transactional_id = str(view[a:b], "utf-8")
     return out

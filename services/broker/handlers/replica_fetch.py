@@ -19,6 +19,10 @@ For each request on the stream, one response:
    whole batches from ``fetch_offset`` up to the leader's LEO (not the HW: a follower
    needs everything), at most ``max_bytes`` per partition (clamped to 16 MiB; at least the
    first batch), and answer with the HW. ``max_wait_ms`` is clamped to 30 s.
+
+Answers are :class:`~services.broker.replication.fetch_wire.ReplicaFetchView` objects around
+the bytes the log read returned, serialised by hand (``fetch_wire``): the records are copied
+once per follower, into the message.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from services.broker import metrics
 from services.broker.codes import error_code
 from services.broker.partition import Partition, SessionClock
 from services.broker.replica_manager import ReplicaManager
+from services.broker.replication.fetch_wire import PartitionDataView, ReplicaFetchView
 from services.broker.replication.isr import now_ms
 
 log = logging.getLogger(__name__)
@@ -99,13 +104,11 @@ def _record_fetch(
         rm.isr.expand(p, replica_id)
 
 
-async def answer(
-    rm: ReplicaManager, req: broker_pb2.ReplicaFetchRequest
-) -> broker_pb2.ReplicaFetchResponse:
+async def answer(rm: ReplicaManager, req: broker_pb2.ReplicaFetchRequest) -> ReplicaFetchView:
     """The response to one request of the session (see module doc)."""
     code = _session_error(rm, req)
     if code != ErrorCode.NONE:
-        return broker_pb2.ReplicaFetchResponse(error_code=code)  # type: ignore[arg-type]
+        return ReplicaFetchView(error_code=code)
     loop = asyncio.get_running_loop()
     max_wait = min(req.max_wait_ms if req.max_wait_ms > 0 else DEFAULT_MAX_WAIT_MS, MAX_WAIT_CAP_MS)
     max_bytes = min(req.max_bytes, MAX_BYTES_CAP) if req.max_bytes > 0 else DEFAULT_MAX_BYTES
@@ -126,16 +129,16 @@ async def answer(
     results = await _all_data(
         [(fp, led.get(i), errors.get(i)) for i, fp in enumerate(req.partitions)], max_bytes
     )
-    return broker_pb2.ReplicaFetchResponse(partitions=results)
+    return ReplicaFetchView(results)
 
 
 async def _all_data(
     items: list[tuple[_Fetched, Partition | None, BaseException | None]], max_bytes: int
-) -> list[broker_pb2.ReplicaFetchPartitionData]:
+) -> list[PartitionDataView]:
     """Each partition's answer, in order. Tail reads are answered at once (no task per
     partition per answer); the rest (a follower far behind: a worker thread's read each)
     concurrently."""
-    results: list[broker_pb2.ReplicaFetchPartitionData | None] = [
+    results: list[PartitionDataView | None] = [
         _partition_data_now(fp, p, err, max_bytes) for fp, p, err in items
     ]
     later = [i for i, r in enumerate(results) if r is None]
@@ -189,14 +192,14 @@ class _Fetched(Protocol):
 
 def _partition_data_now(
     fp: _Fetched, p: Partition | None, err: BaseException | None, max_bytes: int
-) -> broker_pb2.ReplicaFetchPartitionData | None:
+) -> PartitionDataView | None:
     """:func:`_partition_data` for a leader's tail read, without awaiting; None otherwise."""
     if p is None or err is not None or not p.is_leader:
         return None
     if fp.fetch_offset == p.log_end_offset:  # caught up (an idle session's every partition)
-        return broker_pb2.ReplicaFetchPartitionData(
-            topic=fp.topic,
-            partition=fp.partition,
+        return PartitionDataView(
+            fp.topic,
+            fp.partition,
             high_watermark=p.high_watermark,
             log_start_offset=p.log_start_offset,
         )
@@ -206,9 +209,9 @@ def _partition_data_now(
         return None  # answered with its error (and logged if unexpected) by _partition_data
     if part is None:
         return None
-    return broker_pb2.ReplicaFetchPartitionData(
-        topic=fp.topic,
-        partition=fp.partition,
+    return PartitionDataView(
+        fp.topic,
+        fp.partition,
         records=part.data,
         high_watermark=p.high_watermark,
         log_start_offset=p.log_start_offset,
@@ -217,10 +220,8 @@ def _partition_data_now(
 
 async def _partition_data(
     fp: _Fetched, p: Partition | None, err: BaseException | None, max_bytes: int
-) -> broker_pb2.ReplicaFetchPartitionData:
-    out = broker_pb2.ReplicaFetchPartitionData(
-        topic=fp.topic, partition=fp.partition, high_watermark=-1, log_start_offset=-1
-    )
+) -> PartitionDataView:
+    out = PartitionDataView(fp.topic, fp.partition, high_watermark=-1, log_start_offset=-1)
     if p is not None and err is None:
         try:
             if not p.is_leader:
@@ -341,13 +342,13 @@ class FetchSession:
             or p.log_start_offset != e.log_start_sent
         )
 
-    async def answer(self, req: broker_pb2.ReplicaFetchRequest) -> broker_pb2.ReplicaFetchResponse:
+    async def answer(self, req: broker_pb2.ReplicaFetchRequest) -> ReplicaFetchView:
         """The response to one request of the session (see the class doc)."""
         code = _session_error(self.rm, req)
         if code == ErrorCode.NONE and self.replica_id not in (-1, req.replica_id):
             code = ErrorCode.INVALID_REQUEST  # one follower per session
         if code != ErrorCode.NONE:
-            return broker_pb2.ReplicaFetchResponse(error_code=code, incremental=True)  # type: ignore[arg-type]
+            return ReplicaFetchView(error_code=code, incremental=True)
         self.replica_id = req.replica_id
         loop = asyncio.get_running_loop()
         max_wait = min(
@@ -407,12 +408,12 @@ class FetchSession:
                 e.log_start_sent = data.log_start_offset
                 if data.records:
                     self._resend.add(k)
-        return broker_pb2.ReplicaFetchResponse(partitions=results, incremental=True)
+        return ReplicaFetchView(results, incremental=True)
 
 
 async def handle(
     rm: ReplicaManager, requests: AsyncIterator[broker_pb2.ReplicaFetchRequest]
-) -> AsyncIterator[broker_pb2.ReplicaFetchResponse]:
+) -> AsyncIterator[ReplicaFetchView]:
     """One response per request: an incremental session's (:class:`FetchSession`) when the
     request asks for one, else :func:`answer`'s."""
     session = FetchSession(rm)

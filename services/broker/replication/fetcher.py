@@ -50,6 +50,7 @@ from headwater import timeouts
 from headwater.v1 import broker_pb2, broker_pb2_grpc
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker.partition import Partition
+from services.broker.replication import fetch_wire
 from services.broker.replication.peers import Peers
 from services.broker.replication.truncation import truncation_target
 
@@ -213,8 +214,9 @@ class LeaderFetcher:
             if address is None:
                 await self._idle(PAUSE_S)
                 continue
-            stub = broker_pb2_grpc.BrokerStub(self.m.peers.channel(address))
-            call = stub.ReplicaFetch()
+            channel = self.m.peers.channel(address)
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            call = fetch_wire.open_stream(channel)
             self._new_stream()
             try:
                 while self.states:
@@ -274,7 +276,7 @@ class LeaderFetcher:
         if todo:
             await asyncio.gather(*todo)
 
-    def _apply_now(self, s: FetchState, d: broker_pb2.ReplicaFetchPartitionData) -> bool:
+    def _apply_now(self, s: FetchState, d: fetch_wire.PartitionDataView) -> bool:
         """Apply a partition's answer without awaiting (the steady state: a small append on
         the event loop, no task per partition per round); False when :meth:`_apply` must."""
         if d.error_code != ErrorCode.NONE:
@@ -296,7 +298,7 @@ class LeaderFetcher:
         self._truncate_first(s)
         self._pause(s, asyncio.get_running_loop().time() + PAUSE_S)
 
-    async def _apply(self, s: FetchState, d: broker_pb2.ReplicaFetchPartitionData) -> None:
+    async def _apply(self, s: FetchState, d: fetch_wire.PartitionDataView) -> None:
         p = s.partition
         now = asyncio.get_running_loop().time()
         code = d.error_code
