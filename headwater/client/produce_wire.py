@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from headwater.protowire import encode_varint as varint
+from headwater.protowire import encode_varint
 
 _TAG_ACKS = b"\x08"
 _TAG_TIMEOUT = b"\x10"
@@ -41,23 +41,23 @@ def encode_produce_request(
     """Wire bytes of a ProduceRequest; ``partitions`` = (topic, partition, batches) each."""
     pieces: list[bytes] = []
     if acks:
-        pieces += (_TAG_ACKS, varint(acks))
+        pieces += (_TAG_ACKS, encode_varint(acks))
     if timeout_ms:
-        pieces += (_TAG_TIMEOUT, varint(timeout_ms))
+        pieces += (_TAG_TIMEOUT, encode_varint(timeout_ms))
     for topic, partition, batches in partitions:
         topic_b = topic.encode()
         records_len = sum(map(len, batches))
-        head = [_TAG_TOPIC, varint(len(topic_b)), topic_b] if topic_b else []
+        head = [_TAG_TOPIC, encode_varint(len(topic_b)), topic_b] if topic_b else []
         if partition:
-            head += (_TAG_PARTITION, varint(partition))
+            head += (_TAG_PARTITION, encode_varint(partition))
         if records_len:
-            head += (_TAG_RECORDS, varint(records_len))
+            head += (_TAG_RECORDS, encode_varint(records_len))
         head_b = b"".join(head)
-        pieces += (_TAG_PARTITIONS, varint(len(head_b) + records_len), head_b, *batches)
+        pieces += (_TAG_PARTITIONS, encode_varint(len(head_b) + records_len), head_b, *batches)
     if client_id:
         cid = client_id.encode()
-        pieces += (_TAG_CLIENT_ID, varint(len(cid)), cid)
+        pieces += (_TAG_CLIENT_ID, encode_varint(len(cid)), cid)
     if transactional_id:
         tid = transactional_id.encode()
-        pieces += (_TAG_TXN_ID, varint(len(tid)), tid)
+        pieces += (_TAG_TXN_ID, encode_varint(len(tid)), tid)
     return b"".join(pieces)

@@ -130,24 +130,25 @@ def decode_replica_fetch_response(data: bytes) -> ReplicaFetchView:
     return out
 
 
-def _field(tag: int, value: bytes | memoryview) -> list[bytes | memoryview]:
-    return [encode_varint(tag), encode_varint(len(value)), value]
+def _field(key: bytes, value: bytes | memoryview) -> list[bytes | memoryview]:
+    return [key, encode_varint(len(value)), value]
 
 
 def _encode_partition(d: PartitionDataView) -> list[bytes | memoryview]:
+    """Field keys are ``number << 3 | wire_type``, one byte each here (see the layout above)."""
     pieces: list[bytes | memoryview] = []
     if d.topic:
-        pieces += _field(0x0A, d.topic.encode())
-    for tag, value in ((0x10, d.partition), (0x18, d.error_code)):
+        pieces += _field(b"\x0a", d.topic.encode())
+    for key, value in ((b"\x10", d.partition), (b"\x18", d.error_code)):
         if value:
-            pieces += (encode_varint(tag), encode_varint(value))
+            pieces += (key, encode_varint(value))
     if d.error_message:
-        pieces += _field(0x22, d.error_message.encode())
-    for tag, value in ((0x28, d.high_watermark), (0x30, d.log_start_offset)):
+        pieces += _field(b"\x22", d.error_message.encode())
+    for key, value in ((b"\x28", d.high_watermark), (b"\x30", d.log_start_offset)):
         if value:
-            pieces += (encode_varint(tag), encode_varint(value))
+            pieces += (key, encode_varint(value))
     if len(d.records):
-        pieces += _field(0x3A, d.records)
+        pieces += _field(b"\x3a", d.records)
     return pieces
 
 
