@@ -43,7 +43,16 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "peers"))
 
 import ceilings  # noqa: E402
-from common import WORKLOADS, Row, Workload, read_rows, selected, workloads  # noqa: E402
+from common import (  # noqa: E402
+    DEFAULT_WARM_MIB,
+    WARM_MIB_ENV,
+    WORKLOADS,
+    Row,
+    Workload,
+    read_rows,
+    selected,
+    workloads,
+)
 from core import machine  # noqa: E402
 
 from headwater.dev.procs import python_env  # noqa: E402
@@ -404,6 +413,14 @@ def main() -> None:
         help="alternate the systems unit by unit (one topic shape or fixed-rate row at a "
         "time, order reversed each unit) instead of running each system's whole matrix",
     )
+    p.add_argument(
+        "--warm-mib",
+        type=int,
+        default=DEFAULT_WARM_MIB,
+        help="MiB every peer writes and deletes before each produce-max row, so no row's rate "
+        "depends on what its system's earlier rows wrote (0: none; bench/peers/common.py "
+        "warm_page_cache)",
+    )
     p.add_argument("--system-timeout", type=float, default=1800)
     p.add_argument("--report", nargs=2, type=Path, metavar=("ROWS", "CEILINGS"))
     args = p.parse_args()
@@ -412,6 +429,7 @@ def main() -> None:
         ceil = json.loads(args.report[1].read_text())
         print(report(rows, ceil, ceil.get("machine", machine())))
         return
+    os.environ[WARM_MIB_ENV] = str(args.warm_mib)  # the peers are its children
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="hw-side-by-side-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     rows_path = out_dir / "rows.jsonl"

@@ -135,3 +135,16 @@ def test_interleaved_steps_alternate_which_system_goes_first() -> None:
         (3, "headwater"),
     ]
     assert all(unit is units[i] for i, _, unit in steps)
+
+
+def test_warm_page_cache_writes_the_asked_mib_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import common
+
+    monkeypatch.setenv(common.WARM_MIB_ENV, "3")
+    assert common.warm_page_cache(tmp_path) > 0
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv(common.WARM_MIB_ENV, "0")
+    assert common.warm_page_cache(tmp_path) == 0.0
+    assert list(tmp_path.iterdir()) == []

@@ -17,6 +17,11 @@ Workload shape (the same for every system):
   with :func:`stamp` (CLOCK_MONOTONIC nanoseconds, system-wide on Linux); figure = p50/p99/p99.9
   of consumer receive time minus stamp.
 
+Every ``produce-max`` row of every system starts with :func:`warm_page_cache`: the harness
+writes and deletes ``$HEADWATER_BENCH_WARM_MIB`` MiB (default 2048; ``bench/side_by_side.py
+--warm-mib``), so each row's writes land in pages the kernel freed a moment before, whatever
+the system's earlier rows wrote.
+
 ``acks``: "1" = the leader has it (Kafka acks=1; JetStream/Redis: the server acknowledged),
 "all" = every in-sync replica has it. ``rf``: replicas. A system maps partitions to what it has
 (JetStream: one stream per partition; Redis: one stream key per partition) and says so in
@@ -31,6 +36,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -192,6 +198,41 @@ class Pacer:
         d = self.delay(n)
         if d > 0:
             time.sleep(d)
+
+
+#: environment variable: MiB :func:`warm_page_cache` writes and deletes (0: none)
+WARM_MIB_ENV = "HEADWATER_BENCH_WARM_MIB"
+DEFAULT_WARM_MIB = 2048
+
+
+def warm_page_cache(directory: Path | None = None) -> float:
+    """Write ``$HEADWATER_BENCH_WARM_MIB`` MiB (default 2048) to a scratch file in
+    ``directory`` (default: the temporary directory, the file system the systems' data
+    folders are on), delete it, and return the seconds it took. Every ``produce-max`` row of
+    every peer calls it before its clock starts.
+
+    Why: a VM that hands freed guest memory back to its host (free page reporting, as this
+    machine kind does) charges a host fault for each page touched for the first time since;
+    a log writer then gets ~0.4 GB/s from the page cache against ~3 GB/s from pages the kernel
+    freed a moment ago (bench/fresh_pages.py). A harness call's rows run one after another,
+    each writing up to ~1 GB, so without this a row's rate depended on how many GB its own
+    system's earlier rows had written: Headwater's per-record rows ran third and fourth
+    (after ``send_many`` and the awaited ``send()``), confluent-kafka's second after the Java
+    tool (docs/benchmarks.md, "Session 31"). The file is deleted before writeback starts, so
+    nothing reaches the disk."""
+    mib = int(os.environ.get(WARM_MIB_ENV, DEFAULT_WARM_MIB))
+    if mib <= 0:
+        return 0.0
+    t0 = time.monotonic()
+    chunk = b"\x5a" * (1 << 20)
+    fd, name = tempfile.mkstemp(prefix="hw-warm-", dir=directory)
+    try:
+        for _ in range(mib):
+            os.write(fd, chunk)
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    return time.monotonic() - t0
 
 
 def cache_dir(name: str) -> Path:

@@ -135,6 +135,7 @@ def produce_max(
     """``headwater bench produce`` in its own process; ``topic`` defaults to one named after
     the workload and mode (created by the command when missing)."""
     topic = topic or _topic(w, "" if mode == "many" else f"-{mode}")
+    common.warm_page_cache()
     res = _bench(
         bootstrap,
         max_s + 300,

@@ -103,6 +103,7 @@ from bench.peers.common import (
     record_count,
     selected,
     stamp,
+    warm_page_cache,
     workloads,
 )
 from headwater.dev.procs import ChildProcess, free_port, wait_until
@@ -396,6 +397,8 @@ def java_produce(
     else:
         rate, props = -1, JAVA_THROUGHPUT
         n = n or record_count(w.record_size, quick)
+    if not fixed:
+        warm_page_cache()
     if topic is None:
         topic = topic_name(JAVA_CLIENT, w)
         c.create_topic(topic, w.partitions, w.rf)
@@ -529,6 +532,7 @@ def py_produce_max(
         c.create_topic(topic, w.partitions, w.rf)
     pool = payload_pool(w.record_size)
     n = n or record_count(w.record_size, quick)
+    warm_page_cache()
     lat: list[float] = []
     errors: list[str] = []
 

@@ -89,6 +89,7 @@ from bench.peers.common import (  # noqa: E402
     record_count,
     selected,
     stamp,
+    warm_page_cache,
     workloads,
 )
 from headwater.dev.procs import ChildProcess, free_port, wait_until  # noqa: E402
@@ -468,6 +469,7 @@ def main() -> int:
                     try:
                         n = record_count(w.record_size, args.quick)
                         if w.kind == "produce-max":
+                            warm_page_cache()
                             sent, secs, lat = asyncio.run(produce_max(url, w, n, args.max_seconds))
                             note = (
                                 f"{w.partitions} stream(s) R{rf}, file storage; publish_async, "

@@ -79,6 +79,7 @@ from bench.peers.common import (  # noqa: E402
     record_count,
     selected,
     stamp,
+    warm_page_cache,
     workloads,
 )
 from headwater.dev.procs import ChildProcess, free_port, wait_until  # noqa: E402
@@ -344,6 +345,7 @@ def main() -> int:
                     try:
                         n = record_count(w.record_size, args.quick)
                         if w.kind == "produce-max":
+                            warm_page_cache()
                             sent, secs, lat = produce_max(r, w, n, args.max_seconds)
                             note = f"{w.partitions} stream key(s); pipelines of {PIPELINE} XADD"
                             note += "; latency = pipeline build + round trip"
@@ -369,6 +371,7 @@ def main() -> int:
                             else:
                                 r.delete(*_keys(w))
                             if (w.partitions, w.acks, rf) == (1, "1", 1) and not args.no_native:
+                                warm_page_cache()
                                 row = native_produce(port, w, sent, args.max_seconds)
                                 if row:
                                     emit(row)
