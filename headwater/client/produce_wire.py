@@ -10,7 +10,8 @@ omitted) and a test checks it parses back into the message the generated class b
 Wire layout (broker.proto)::
 
     ProduceRequest:   1 acks varint | 2 timeout_ms varint | 3 partitions LEN (repeated)
-                      | 4 client_id LEN | 5 transactional_id LEN
+                      | 4 client_id LEN | 5 transactional_id LEN | 6 order_key varint
+                      | 7 order_number varint | 8 order_after varint
     PartitionRecords: 1 topic LEN | 2 partition varint | 3 records LEN
 """
 
@@ -25,6 +26,9 @@ _TAG_TIMEOUT = b"\x10"
 _TAG_PARTITIONS = b"\x1a"
 _TAG_CLIENT_ID = b"\x22"
 _TAG_TXN_ID = b"\x2a"
+_TAG_ORDER_KEY = b"\x30"
+_TAG_ORDER_NUMBER = b"\x38"
+_TAG_ORDER_AFTER = b"\x40"
 _TAG_TOPIC = b"\x0a"
 _TAG_PARTITION = b"\x10"
 _TAG_RECORDS = b"\x1a"
@@ -37,8 +41,10 @@ def encode_produce_request(
     client_id: str,
     partitions: Sequence[tuple[str, int, Sequence[bytes]]],
     transactional_id: str = "",
+    order: tuple[int, int, int] = (0, 0, 0),
 ) -> bytes:
-    """Wire bytes of a ProduceRequest; ``partitions`` = (topic, partition, batches) each."""
+    """Wire bytes of a ProduceRequest; ``partitions`` = (topic, partition, batches) each;
+    ``order`` = (order_key, order_number, order_after)."""
     pieces: list[bytes] = []
     if acks:
         pieces += (_TAG_ACKS, encode_varint(acks))
@@ -60,4 +66,9 @@ def encode_produce_request(
     if transactional_id:
         tid = transactional_id.encode()
         pieces += (_TAG_TXN_ID, encode_varint(len(tid)), tid)
+    for tag, value in zip(
+        (_TAG_ORDER_KEY, _TAG_ORDER_NUMBER, _TAG_ORDER_AFTER), order, strict=True
+    ):
+        if value:
+            pieces += (tag, encode_varint(value))
     return b"".join(pieces)

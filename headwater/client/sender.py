@@ -24,6 +24,14 @@ in flight, so retries cannot reorder its records (without idempotence, a larger
 ``max_in_flight`` may reorder a partition's records on retries, as in Kafka). A response's
 ``throttle_time_ms`` holds back requests to that broker until the delay has passed.
 
+Order without idempotence: gRPC handles concurrent calls to one broker in any order, and a
+non-idempotent batch has no sequence the broker could check, so with ``max_in_flight > 1``
+the sender numbers its requests to each broker (``ProduceRequest.order_key``, one random key
+per sender; ``order_number`` 1, 2, ...; ``order_after``, the latest of its requests to that
+broker still unanswered) and the broker appends each after the one it names
+(:mod:`services.broker.request_order`): a partition's records land in the order they were
+sent, as on Kafka's connection, while five requests stay in flight.
+
 Idempotence (``producing`` given, docs/transactions.md): the routine first gets a producer id
 (``Broker.InitProducerId`` on any broker, or the transaction manager's id), then drains with
 :class:`headwater.client.idempotence.Producing`: batches get sequence numbers as they are
@@ -58,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections import OrderedDict
 
 import grpc
@@ -124,6 +133,11 @@ class Sender:
         #: leaders a request could not reach (a transport error) and that have not answered
         #: since: while a refreshed view still lists one, the view may predate its failover
         self.unreachable: set[int] = set()
+        #: requests numbered for the broker's order wait (non-idempotent, several in flight):
+        #: the key, the last number given per leader, the numbers still unanswered per leader
+        self.order_key = secrets.randbits(63) | 1 if producing is None and max_in_flight > 1 else 0
+        self._order_last: dict[int, int] = {}
+        self._unanswered: dict[int, set[int]] = {}
         self._wake = asyncio.Event()
         acc.wakeup = self._wake.set
         metadata.add_listener(self._metadata_changed)
@@ -176,7 +190,10 @@ class Sender:
                     self.in_flight[leader] = self.in_flight.get(leader, 0) + 1
                     if self.max_in_flight == 1:
                         self.muted.update(b.tp for b in taken)
-                    task = loop.create_task(self._request(leader, taken), name=f"produce-{leader}")
+                    task = loop.create_task(
+                        self._request(leader, taken, self._order_of_next(leader)),
+                        name=f"produce-{leader}",
+                    )
                     self.tasks.add(task)
                     task.add_done_callback(self.tasks.discard)
             if self.closing and not self.acc.incomplete and not self.tasks:
@@ -247,9 +264,22 @@ class Sender:
             log.debug("InitProducerId failed (%s); retrying", err)
             await asyncio.sleep(self.backoff)
 
-    async def _request(self, leader: int, batches: list[ProducerBatch]) -> None:
+    def _order_of_next(self, leader: int) -> tuple[int, int, int]:
+        """(order_key, order_number, order_after) of the next request to ``leader``, which is
+        unanswered from now until :meth:`_request` ends; (0, 0, 0) when not numbering."""
+        if not self.order_key:
+            return (0, 0, 0)
+        number = self._order_last[leader] = self._order_last.get(leader, 0) + 1
+        pending = self._unanswered.setdefault(leader, set())
+        after = max(pending) if pending else 0
+        pending.add(number)
+        return (self.order_key, number, after)
+
+    async def _request(
+        self, leader: int, batches: list[ProducerBatch], order: tuple[int, int, int]
+    ) -> None:
         try:
-            await self._send(leader, batches)
+            await self._send(leader, batches, order)
         except asyncio.CancelledError:
             for b in batches:
                 self.acc.fail(b, errors.NetworkError("producer closed with the request in flight"))
@@ -262,12 +292,16 @@ class Sender:
                 # they stay in their partitions' windows: whether they landed is unknown
                 idempotence.unknown_outcome(self.producing, exc)
         finally:
+            if order[1]:
+                self._unanswered[leader].discard(order[1])
             self.in_flight[leader] -= 1
             for b in batches:
                 self.muted.discard(b.tp)
             self._wake.set()
 
-    async def _send(self, leader: int, batches: list[ProducerBatch]) -> None:
+    async def _send(
+        self, leader: int, batches: list[ProducerBatch], order: tuple[int, int, int]
+    ) -> None:
         by_tp: OrderedDict[TopicPartition, list[ProducerBatch]] = OrderedDict()
         for b in batches:
             by_tp.setdefault(b.tp, []).append(b)
@@ -276,6 +310,7 @@ class Sender:
             timeout_ms=self.timeout_ms,
             client_id=self.client_id,
             transactional_id=self.transactional_id,
+            order=order,
             partitions=[
                 (tp.topic, tp.partition, [p for b in bs for p in b.pieces or ()])
                 for tp, bs in by_tp.items()

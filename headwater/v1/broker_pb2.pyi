@@ -37,18 +37,24 @@ class PartitionRecords(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("acks", "timeout_ms", "partitions", "client_id", "transactional_id")
+    __slots__ = ("acks", "timeout_ms", "partitions", "client_id", "transactional_id", "order_key", "order_number", "order_after")
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    ORDER_KEY_FIELD_NUMBER: _ClassVar[int]
+    ORDER_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    ORDER_AFTER_FIELD_NUMBER: _ClassVar[int]
     acks: Acks
     timeout_ms: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionRecords]
     client_id: str
     transactional_id: str
-    def __init__(self, acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionRecords, _Mapping]]] = ..., client_id: _Optional[str] = ..., transactional_id: _Optional[str] = ...) -> None: ...
+    order_key: int
+    order_number: int
+    order_after: int
+    def __init__(self, acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionRecords, _Mapping]]] = ..., client_id: _Optional[str] = ..., transactional_id: _Optional[str] = ..., order_key: _Optional[int] = ..., order_number: _Optional[int] = ..., order_after: _Optional[int] = ...) -> None: ...
 
 class PartitionProduceResult(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_append_time", "log_start_offset")

@@ -64,6 +64,16 @@ PRODUCE_REORDER_WAITS = prom.Counter(
     "earlier batches (concurrent requests received out of order), by topic",
     ["topic"],
 )
+PRODUCE_ORDER_WAITS = prom.Counter(
+    "headwater_broker_produce_order_waits_total",
+    "Numbered produce requests (ProduceRequest.order_*) that arrived before the earlier request "
+    "they name had appended and waited for it",
+)
+PRODUCE_ORDER_WAIT_TIMEOUTS = prom.Counter(
+    "headwater_broker_produce_order_wait_timeouts_total",
+    "Numbered produce requests whose wait for the earlier request ended at the bound (1 s or "
+    "the request's timeout) and went on without it",
+)
 TXN_MARKERS = prom.Counter(
     "headwater_broker_txn_markers_total",
     "Transaction markers appended as leader, by topic and kind (commit, abort)",

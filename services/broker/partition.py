@@ -553,16 +553,21 @@ class Partition:
         *,
         acks_all: bool,
         timeout_ms: int,
+        on_queued: Callable[[], None] | None = None,
     ) -> ProduceResult:
         """Append validated batches as leader; returns once acknowledged per ``acks``.
 
         acks=0/1: after the local append. acks=all: once the HW has passed the last offset;
         NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas
         meanwhile, REQUEST_TIMED_OUT after ``timeout_ms``, NOT_LEADER_OR_FOLLOWER if the
-        leadership moved.
+        leadership moved. ``on_queued`` is called when this call takes its place in the
+        partition's append order (the append lock queues its waiters first come, first
+        served): an append that starts after it lands after this one.
         """
         if self.log.ahead_of_sequence(batches):
             await self._await_predecessors(batches, timeout_ms)
+        if on_queued is not None:
+            on_queued()  # then the lock is taken or queued for in this same step
         async with self._append_lock:
             self.check_writable(acks_all)
             epoch = self.leader_epoch

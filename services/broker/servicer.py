@@ -32,6 +32,7 @@ from services.broker.quotas import enforce
 from services.broker.quotas.manager import QuotaManager
 from services.broker.replica_manager import ReplicaManager
 from services.broker.replication import fetch_wire
+from services.broker.request_order import RequestOrder
 
 SERVICE_NAME = "headwater.v1.Broker"
 
@@ -50,6 +51,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._producer_ids = producer_ids
         self._round_robin = produce_records.RoundRobin()
         self._quotas = quotas if quotas is not None else QuotaManager(rm.broker_id)
+        #: the order of producers' numbered concurrent requests (ProduceRequest.order_*)
+        self._request_order = RequestOrder()
 
     async def Produce(
         self,
@@ -58,7 +61,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     ) -> broker_pb2.ProduceResponse:
         size = sum(len(pr.records) for pr in request.partitions)
         who = enforce.identity(context, request.client_id)
-        return await enforce.produce(self._quotas, who, produce.handle(self._rm, request), size)
+        return await enforce.produce(
+            self._quotas, who, produce.handle(self._rm, request, self._request_order), size
+        )
 
     async def ProduceRecords(
         self, request: broker_pb2.ProduceRecordsRequest, context: grpc.aio.ServicerContext

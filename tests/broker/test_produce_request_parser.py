@@ -29,17 +29,22 @@ _parts = st.lists(
     client_id=st.text(max_size=12),
     txn=st.text(max_size=12),
     parts=_parts,
+    order=st.tuples(*[st.integers(min_value=0, max_value=2**64 - 1)] * 3),
 )
-def test_reads_every_field_protobuf_writes(acks, timeout_ms, client_id, txn, parts) -> None:
+def test_reads_every_field_protobuf_writes(acks, timeout_ms, client_id, txn, parts, order) -> None:
     msg = broker_pb2.ProduceRequest(
         acks=acks,
         timeout_ms=timeout_ms,
         client_id=client_id,
         transactional_id=txn,
         partitions=parts,
+        order_key=order[0],
+        order_number=order[1],
+        order_after=order[2],
     )
     got = decode_produce_request(msg.SerializeToString())
     assert (got.acks, got.timeout_ms) == (msg.acks, msg.timeout_ms)
+    assert (got.order_key, got.order_number, got.order_after) == order
     assert (got.client_id, got.transactional_id) == (msg.client_id, msg.transactional_id)
     assert [(p.topic, p.partition, bytes(p.records)) for p in got.partitions] == [
         (p.topic, p.partition, p.records) for p in msg.partitions

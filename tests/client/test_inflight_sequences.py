@@ -258,7 +258,14 @@ async def _true(value: bool) -> bool:
 class Rig:
     """An idempotent Sender over a real Accumulator and the fake broker."""
 
-    def __init__(self, broker: FakeBroker, max_in_flight: int = 5, retries: int = 20) -> None:
+    def __init__(
+        self,
+        broker: FakeBroker,
+        max_in_flight: int = 5,
+        retries: int = 20,
+        *,
+        idempotent: bool = True,
+    ) -> None:
         self.acc = Accumulator(
             batch_size=4096,
             linger_ms=0,
@@ -274,30 +281,30 @@ class Rig:
             self.acc,
             FakeMetadata(),  # type: ignore[arg-type]
             broker,  # type: ignore[arg-type]
-            acks=broker_pb2.ACKS_ALL,
+            acks=broker_pb2.ACKS_ALL if idempotent else broker_pb2.ACKS_LEADER,
             max_in_flight=max_in_flight,
             request_timeout_ms=1000,
             retries=retries,
             retry_backoff_ms=1,
             max_request_size=1 << 20,
             client_id="t",
-            producing=Producing(self.seq, transactional=False),
+            producing=Producing(self.seq, transactional=False) if idempotent else None,
         )
         self.task = asyncio.get_running_loop().create_task(self.sender.run())
         self.futures: list[asyncio.Future[Any]] = []
         self.values: list[bytes] = []
 
-    def batch(self, k: int, per: int = 3) -> None:
-        """Queue one sealed batch of ``per`` records named ``k.i``."""
+    def batch(self, k: int, per: int = 3, tp: TopicPartition = TP) -> None:
+        """Queue one sealed batch of ``per`` records named ``k.i`` (to ``tp``)."""
         loop = asyncio.get_running_loop()
         for i in range(per):
             value = b"%d.%d" % (k, i)
             fut = loop.create_future()
             assert self.acc.try_reserve(20)
-            self.acc.append(TP, value, None, None, 1, 20, fut)
+            self.acc.append(tp, value, None, None, 1, 20, fut)
             self.futures.append(fut)
             self.values.append(value)
-        self.acc.seal_open(TP)
+        self.acc.seal_open(tp)
 
     async def close(self) -> None:
         if self.futures:
@@ -544,5 +551,47 @@ def test_max_in_flight_one_keeps_one_batch_in_flight() -> None:
         await rig.close()
         assert broker.log == rig.values
         assert [c.sequences for c in broker.calls] == [[0], [3]]
+
+    run(go)
+
+
+def test_without_idempotence_requests_are_numbered_for_the_brokers_order_wait() -> None:
+    # Concurrent calls may be handled in any order and a non-idempotent batch has no sequence
+    # the broker could check: each request carries the sender's order key, its number for that
+    # broker, and the latest earlier request still unanswered (the broker appends it after
+    # that one: services/broker/request_order.py). The requests stay five in flight.
+    async def go() -> None:
+        broker = FakeBroker()
+        rig = Rig(broker, idempotent=False)
+        key = rig.sender.order_key
+        assert key > 0
+        await send_in_separate_calls(broker, rig, 3)
+
+        def order(i: int) -> tuple[int, int, int]:
+            r = broker.calls[i].request
+            return (r.order_key, r.order_number, r.order_after)
+
+        assert [order(i) for i in range(3)] == [(key, 1, 0), (key, 2, 1), (key, 3, 2)]
+        await broker.answer(2)  # the latest answered first: 2 is the latest unanswered
+        rig.batch(3)
+        await broker.calls_reach(4)
+        assert order(3) == (key, 4, 2)
+        await broker.answer(0, 1, 3)
+        rig.batch(4)  # nothing unanswered: it names no earlier request
+        await broker.calls_reach(5)
+        assert order(4) == (key, 5, 0)
+        broker.hold = False
+        await broker.answer(4)
+        await rig.close()
+        assert sorted(broker.log) == sorted(rig.values)
+
+    run(go)
+
+
+def test_idempotent_and_single_flight_requests_are_not_numbered() -> None:
+    async def go() -> None:
+        for rig in (Rig(FakeBroker()), Rig(FakeBroker(), max_in_flight=1, idempotent=False)):
+            assert rig.sender.order_key == 0
+            await rig.close()
 
     run(go)

@@ -28,20 +28,25 @@ _parts = st.lists(
     client_id=st.text(max_size=12),
     txn=st.text(max_size=12),
     parts=_parts,
+    order=st.tuples(*[st.integers(min_value=0, max_value=2**64 - 1)] * 3),
 )
-def test_parses_back_to_the_same_message(acks, timeout_ms, client_id, txn, parts) -> None:
+def test_parses_back_to_the_same_message(acks, timeout_ms, client_id, txn, parts, order) -> None:
     wire = encode_produce_request(
         acks=acks,
         timeout_ms=timeout_ms,
         client_id=client_id,
         partitions=parts,
         transactional_id=txn,
+        order=order,
     )
     expected = broker_pb2.ProduceRequest(
         acks=acks,
         timeout_ms=timeout_ms,
         client_id=client_id,
         transactional_id=txn,
+        order_key=order[0],
+        order_number=order[1],
+        order_after=order[2],
         partitions=[
             broker_pb2.PartitionRecords(topic=t, partition=p, records=b"".join(bs))
             for t, p, bs in parts

@@ -17,7 +17,11 @@ Per partition entry of the request, in order:
    **original** base offset (with acks=all, once that offset is committed).
 
 A failing entry gets its error code and appends nothing; the other entries are unaffected.
-Entries for different partitions are appended concurrently. The whole request is refused
+Entries for different partitions are appended concurrently. A numbered request
+(``order_key``, broker.proto) validates its entries, then waits, bounded, until the earlier
+request it names (``order_after``) has passed, and passes itself once each of its entries has
+taken its place in its partition's append order or failed (so the next one's validation
+overlaps this one's append): :mod:`services.broker.request_order`. The whole request is refused
 (``MESSAGE_TOO_LARGE`` status) when its record bytes exceed ``MAX_REQUEST_BYTES``, and
 (``INVALID_REQUIRED_ACKS``) for an unknown acks value.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from headwater.batch import validate_batches
 from headwater.errors import (
@@ -40,6 +45,7 @@ from services.broker import metrics
 from services.broker.codes import error_code
 from services.broker.handlers.produce_wire import ProduceRequestView
 from services.broker.replica_manager import ReplicaManager
+from services.broker.request_order import RequestOrder
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +81,25 @@ async def append_to_partition(
     *,
     acks_all: bool,
     timeout_ms: int,
+    turn: Awaitable[None] | None = None,
+    on_queued: Callable[[], None] | None = None,
 ) -> broker_pb2.PartitionProduceResult:
-    """Validate and append one partition's batches; never raises (errors go in the result)."""
+    """Validate and append one partition's batches; never raises (errors go in the result).
+    ``turn``: awaited after validation, before the append. ``on_queued`` is called exactly
+    once: when the entry takes its place in the partition's append order
+    (:meth:`Partition.append`) or when it fails before that."""
     result = broker_pb2.PartitionProduceResult(
         topic=topic, partition=partition, base_offset=-1, log_append_time=-1, log_start_offset=-1
     )
+    fired = on_queued is None
+
+    def queued() -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            assert on_queued is not None
+            on_queued()
+
     try:
         p = rm.leader_partition(topic, partition)
         p.check_writable(acks_all)
@@ -88,8 +108,17 @@ async def append_to_partition(
             batches = await asyncio.to_thread(validate_batches, buf, max_batch_bytes=limit)
         else:
             batches = validate_batches(buf, max_batch_bytes=limit)
-        done = await p.append(buf, batches, acks_all=acks_all, timeout_ms=timeout_ms)
+        if turn is not None:
+            await turn
+        done = await p.append(
+            buf,
+            batches,
+            acks_all=acks_all,
+            timeout_ms=timeout_ms,
+            on_queued=queued if on_queued is not None else None,
+        )
     except Exception as exc:
+        queued()
         result.error_code = error_code(exc)
         result.error_message = message_of(exc)
         metrics.PRODUCE_ERRORS.labels(topic, ErrorCode.Name(result.error_code)).inc()
@@ -102,11 +131,26 @@ async def append_to_partition(
     return result
 
 
+def check_order(req: broker_pb2.ProduceRequest | ProduceRequestView) -> None:
+    """The order fields' rules (broker.proto); INVALID_REQUEST when broken."""
+    if req.order_key == 0:
+        if req.order_number or req.order_after:
+            raise InvalidRequestError("order_number and order_after need an order_key")
+    elif req.order_number == 0 or req.order_after >= req.order_number:
+        raise InvalidRequestError(
+            f"order_number must be >= 1 and order_after below it, got order_number "
+            f"{req.order_number} and order_after {req.order_after}"
+        )
+
+
 async def handle(
-    rm: ReplicaManager, req: broker_pb2.ProduceRequest | ProduceRequestView
+    rm: ReplicaManager,
+    req: broker_pb2.ProduceRequest | ProduceRequestView,
+    order: RequestOrder | None = None,
 ) -> broker_pb2.ProduceResponse:
     """``req`` as parsed by :mod:`~services.broker.handlers.produce_wire` (records are views of
-    the received bytes) or a generated message."""
+    the received bytes) or a generated message. ``order`` (the broker's): honours a numbered
+    request's place; without it the order fields are checked and otherwise ignored."""
     acks_all = check_acks(req.acks)
     total = sum(len(pr.records) for pr in req.partitions)
     if total > MAX_REQUEST_BYTES:
@@ -114,12 +158,43 @@ async def handle(
             f"produce request carries {total} record bytes, limit {MAX_REQUEST_BYTES}"
         )
     timeout_ms = timeout_ms_of(req.timeout_ms)
-    results = await asyncio.gather(
-        *(
-            append_to_partition(
-                rm, pr.topic, pr.partition, pr.records, acks_all=acks_all, timeout_ms=timeout_ms
+    check_order(req)
+    key = req.order_key if order is not None else 0
+    turn: asyncio.Future[None] | None = None
+    entry_queued: Callable[[], None] | None = None
+    if key:
+        assert order is not None
+        number = req.order_number
+        if order.must_wait(key, req.order_after):
+            turn = asyncio.ensure_future(order.wait_turn(key, req.order_after, timeout_ms / 1000))
+        left = len(req.partitions)
+
+        def entry_queued() -> None:
+            nonlocal left
+            left -= 1
+            if left == 0:
+                order.passed(key, number)
+
+    try:
+        results = await asyncio.gather(
+            *(
+                append_to_partition(
+                    rm,
+                    pr.topic,
+                    pr.partition,
+                    pr.records,
+                    acks_all=acks_all,
+                    timeout_ms=timeout_ms,
+                    turn=turn,
+                    on_queued=entry_queued,
+                )
+                for pr in req.partitions
             )
-            for pr in req.partitions
         )
-    )
+    finally:
+        if turn is not None and not turn.done():
+            turn.cancel()  # every entry failed before its turn, or the call was cancelled
+        if key:
+            assert order is not None
+            order.passed(key, req.order_number)  # harmless when it has passed already
     return broker_pb2.ProduceResponse(partitions=results)

@@ -13,7 +13,8 @@ serialisation parses to the same fields.
 Wire layout (broker.proto)::
 
     ProduceRequest:   1 acks varint | 2 timeout_ms varint | 3 partitions LEN (repeated)
-                      | 4 client_id LEN | 5 transactional_id LEN
+                      | 4 client_id LEN | 5 transactional_id LEN | 6 order_key varint
+                      | 7 order_number varint | 8 order_after varint
     PartitionRecords: 1 topic LEN | 2 partition varint | 3 records LEN
 
 Unknown fields are skipped, as protobuf does; a malformed message raises :class:`ValueError`
@@ -28,6 +29,8 @@ from __future__ import annotations
 from headwater.errors import InvalidRequestError
 from headwater.platform.limits import DEFAULT_LIMITS
 from headwater.protowire import fields, int32
+
+_U64_MASK = (1 << 64) - 1
 
 
 class PartitionRecordsView:
@@ -44,7 +47,16 @@ class PartitionRecordsView:
 class ProduceRequestView:
     """The fields of one ProduceRequest (proto3 defaults when absent)."""
 
-    __slots__ = ("acks", "client_id", "partitions", "timeout_ms", "transactional_id")
+    __slots__ = (
+        "acks",
+        "client_id",
+        "order_after",
+        "order_key",
+        "order_number",
+        "partitions",
+        "timeout_ms",
+        "transactional_id",
+    )
 
     def __init__(self) -> None:
         self.acks = 0
@@ -52,6 +64,9 @@ class ProduceRequestView:
         self.partitions: list[PartitionRecordsView] = []
         self.client_id = ""
         self.transactional_id = ""
+        self.order_key = 0
+        self.order_number = 0
+        self.order_after = 0
 
 
 def _partition(view: memoryview, pos: int, end: int) -> PartitionRecordsView:
@@ -78,6 +93,12 @@ def decode_produce_request(
                 out.acks = int32(a)
             elif number == 2:
                 out.timeout_ms = int32(a)
+            elif number == 6:
+                out.order_key = a & _U64_MASK
+            elif number == 7:
+                out.order_number = a & _U64_MASK
+            elif number == 8:
+                out.order_after = a & _U64_MASK
         elif number == 3:
             if len(out.partitions) >= max_partitions:
                 raise InvalidRequestError(

@@ -202,8 +202,21 @@ type ProduceRequest struct {
 	Partitions      []*PartitionRecords `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	ClientId        string              `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	TransactionalId string              `protobuf:"bytes,5,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Order of concurrent requests (optional; 0, the default: none). gRPC gives calls in flight
+	// together no order, so a client with several requests in flight to one broker whose
+	// entries must be appended in the order it sent them (a non-idempotent producer: its
+	// batches carry no sequence the broker could check) numbers them: order_key, a random
+	// non-zero id it picks once; order_number, 1, 2, 3, ... per broker in the order it starts
+	// the calls; order_after, the order_number of its latest earlier request to this broker
+	// that is still unanswered (0: none). The broker appends this request's entries only after
+	// those of order_after are appended or failed, waiting for them at most 1 s (never past
+	// timeout_ms), then goes on regardless. order_number 0 with a key, or order_after not
+	// below order_number: INVALID_REQUEST.
+	OrderKey      uint64 `protobuf:"varint,6,opt,name=order_key,json=orderKey,proto3" json:"order_key,omitempty"`
+	OrderNumber   uint64 `protobuf:"varint,7,opt,name=order_number,json=orderNumber,proto3" json:"order_number,omitempty"`
+	OrderAfter    uint64 `protobuf:"varint,8,opt,name=order_after,json=orderAfter,proto3" json:"order_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProduceRequest) Reset() {
@@ -269,6 +282,27 @@ func (x *ProduceRequest) GetTransactionalId() string {
 		return x.TransactionalId
 	}
 	return ""
+}
+
+func (x *ProduceRequest) GetOrderKey() uint64 {
+	if x != nil {
+		return x.OrderKey
+	}
+	return 0
+}
+
+func (x *ProduceRequest) GetOrderNumber() uint64 {
+	if x != nil {
+		return x.OrderNumber
+	}
+	return 0
+}
+
+func (x *ProduceRequest) GetOrderAfter() uint64 {
+	if x != nil {
+		return x.OrderAfter
+	}
+	return 0
 }
 
 type PartitionProduceResult struct {
@@ -2945,7 +2979,7 @@ const file_headwater_v1_broker_proto_rawDesc = "" +
 	"\x10PartitionRecords\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x18\n" +
-	"\arecords\x18\x03 \x01(\fR\arecords\"\xdf\x01\n" +
+	"\arecords\x18\x03 \x01(\fR\arecords\"\xc0\x02\n" +
 	"\x0eProduceRequest\x12&\n" +
 	"\x04acks\x18\x01 \x01(\x0e2\x12.headwater.v1.AcksR\x04acks\x12\x1d\n" +
 	"\n" +
@@ -2954,7 +2988,11 @@ const file_headwater_v1_broker_proto_rawDesc = "" +
 	"partitions\x18\x03 \x03(\v2\x1e.headwater.v1.PartitionRecordsR\n" +
 	"partitions\x12\x1b\n" +
 	"\tclient_id\x18\x04 \x01(\tR\bclientId\x12)\n" +
-	"\x10transactional_id\x18\x05 \x01(\tR\x0ftransactionalId\"\x9c\x02\n" +
+	"\x10transactional_id\x18\x05 \x01(\tR\x0ftransactionalId\x12\x1b\n" +
+	"\torder_key\x18\x06 \x01(\x04R\borderKey\x12!\n" +
+	"\forder_number\x18\a \x01(\x04R\vorderNumber\x12\x1f\n" +
+	"\vorder_after\x18\b \x01(\x04R\n" +
+	"orderAfter\"\x9c\x02\n" +
 	"\x16PartitionProduceResult\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x126\n" +
