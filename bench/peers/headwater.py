@@ -35,7 +35,7 @@ Configuration (``Row.config``):
   docs/configuration.md: no fsync per append (``flush.messages``/``flush.ms`` = -1, durability
   comes from replication, like Kafka's default ``log.flush.interval.messages``), the malloc
   tunables of docs/benchmarks.md set by the launcher. Producer as the bench command sets it:
-  ``batch_size`` 1 MiB, ``linger_ms`` 5, ``max_in_flight`` 5, no compression (docs/benchmarks.md
+  ``batch_size`` 4 MiB, ``linger_ms`` 5, ``max_in_flight`` 5, no compression (docs/benchmarks.md
   "throughput"); consumer ``max_partition_fetch_bytes`` 4 MiB. For durability the documented
   setting is RF=3 with acks=all (docs/replication.md): the RF=3 rows.
 * ``latency (linger_ms 0)`` / ``linger_ms 2`` / ``defaults (linger_ms 5)`` — produce-fixed and

@@ -37,6 +37,7 @@ from headwater.client.admin import AsyncAdminClient
 from headwater.client.consumer import AsyncConsumer
 from headwater.client.errors import BufferExhaustedError
 from headwater.client.producer import AsyncProducer
+from headwater.client.producer_config import DEFAULT_BATCH_SIZE
 from headwater.client.sync import Consumer, Producer
 from headwater.client.types import TopicPartition
 from headwater.errors import TopicAlreadyExistsError
@@ -50,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--topic", required=True)
     pp.add_argument("--num-records", type=int, default=1_000_000)
     pp.add_argument("--record-size", type=int, default=100)
-    pp.add_argument("--batch-size", type=int, default=1024 * 1024)
+    pp.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     pp.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
     pp.add_argument("--compression", default="none", choices=["none", "gzip", "lz4", "zstd"])
     pp.add_argument("--linger-ms", type=float, default=5)

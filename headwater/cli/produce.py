@@ -9,6 +9,7 @@ import time
 
 from headwater.cli import common
 from headwater.client.producer import AsyncProducer
+from headwater.client.producer_config import DEFAULT_BATCH_SIZE
 
 #: bytes of stdin read (and handed to send_many) at a time
 CHUNK_BYTES = 1 << 20
@@ -22,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compression", default="none", choices=["none", "gzip", "lz4", "zstd"])
     p.add_argument("--partition", type=int, help="send every record to this partition")
     p.add_argument("--linger-ms", type=float, default=5)
-    p.add_argument("--batch-size", type=int, default=1024 * 1024)
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     p.add_argument("--max-block-ms", type=float, default=30_000)
     p.set_defaults(run=run)
 
