@@ -55,7 +55,7 @@ from headwater.client.connection import ConnectionPool, parse_bootstrap
 from headwater.client.errors import ProducerClosedError
 from headwater.client.metadata import Metadata
 from headwater.client.producer_batch import ProducerBatch
-from headwater.client.producer_config import DEFAULT_BATCH_SIZE, ProducerConfig
+from headwater.client.producer_config import ProducerConfig
 from headwater.client.producer_config import parse_acks as parse_acks  # re-exported
 from headwater.client.producer_parts import build_parts
 from headwater.client.record_future import RecordFuture
@@ -88,7 +88,7 @@ class AsyncProducer:
         bootstrap: str | Sequence[str],
         *,
         acks: int | str = "all",
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int | None = None,
         linger_ms: float = 5,
         buffer_memory: int = 32 * 1024 * 1024,
         max_block_ms: float = 60_000,

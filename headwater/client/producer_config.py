@@ -2,9 +2,12 @@
 checked once, at construction, and kept typed in a :class:`ProducerConfig`.
 
 Configuration (Kafka's names and meanings): ``acks`` 0 | 1 | "all"; ``batch_size`` (bytes,
-default :data:`DEFAULT_BATCH_SIZE`, 4 MiB — a produce request costs the broker about 0.6 ms of
-CPU whatever its size, so batches are big; a batch holds only what was sent, and
-``linger_ms`` still sends a part-filled one);
+default :data:`DEFAULT_BATCH_SIZE`, 4 MiB, or ``buffer_memory`` / ``max_request_size`` when
+either is smaller — a produce request costs the broker about 0.6 ms of CPU whatever its size,
+so batches are big; a batch holds only what was sent, and ``linger_ms`` still sends a
+part-filled one. A batch larger than the topic's ``max.message.bytes`` (8 MiB by default) is
+refused with :class:`MessageTooLargeError` and not split: on a topic set lower, set
+``batch_size`` at or below it);
 ``linger_ms`` (5); ``buffer_memory`` (32 MiB) with ``max_block_ms`` (60 s) of back-pressure
 before :class:`BufferExhaustedError`; ``compression_type`` none | gzip | lz4 | zstd;
 ``retries``, ``retry_backoff_ms``, ``delivery_timeout_ms`` (120 s); ``max_in_flight`` requests
@@ -61,7 +64,7 @@ class ProducerConfig:
         self,
         *,
         acks: int | str,
-        batch_size: int,
+        batch_size: int | None,
         linger_ms: float,
         buffer_memory: int,
         max_block_ms: float,
@@ -79,6 +82,8 @@ class ProducerConfig:
         transactional_id: str | None,
         transaction_timeout_ms: int,
     ) -> None:
+        if batch_size is None:  # the default, within the buffer and the request given
+            batch_size = max(1024, min(DEFAULT_BATCH_SIZE, buffer_memory, max_request_size))
         if batch_size < 1024 or buffer_memory < batch_size or max_in_flight < 1:
             raise errors.InvalidConfigError(
                 "need batch_size >= 1024, buffer_memory >= batch_size, max_in_flight >= 1"

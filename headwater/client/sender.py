@@ -30,7 +30,9 @@ the sender numbers its requests to each broker (``ProduceRequest.order_key``, on
 per sender; ``order_number`` 1, 2, ...; ``order_after``, the latest of its requests to that
 broker still unanswered) and the broker appends each after the one it names
 (:mod:`services.broker.request_order`): a partition's records land in the order they were
-sent, as on Kafka's connection, while five requests stay in flight.
+sent, as on Kafka's connection, while five requests stay in flight. The broker holds a request
+at most 1 s for the earlier one; a request that has not reached it by then (or a retry) may
+land out of order, as retries may in Kafka.
 
 Idempotence (``producing`` given, docs/transactions.md): the routine first gets a producer id
 (``Broker.InitProducerId`` on any broker, or the transaction manager's id), then drains with

@@ -20,7 +20,8 @@ Bounds (one request never costs more than a bounded wait and a little memory):
 * at most :data:`MAX_WAITING_PER_KEY` requests of one key and :data:`MAX_WAITING` in all wait
   at once; a request past either is not held;
 * at most :data:`MAX_KEYS` keys are remembered, least recently used first out (never one with
-  a waiting request). A key is a few dozen bytes.
+  a waiting request). A key costs about 250 bytes, some 16 MiB at the limit. A forgotten key
+  that comes back makes its next waiting request wait out the bound once.
 
 Ownership: one instance per broker, used only on the broker's event loop.
 """

@@ -108,6 +108,52 @@ def test_a_failed_entry_lets_the_next_request_go(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_a_request_that_fails_at_once_still_holds_back_the_ones_after_it(
+    tmp_path: Path,
+) -> None:
+    # 1 is slow to arrive; 2 (after 1) fails before its turn and is answered at once; 3 (after
+    # 1, since 2 is answered) must still wait for 1: 2 passes only once its own wait ends.
+    async def main() -> None:
+        p = await reorder_leader(tmp_path, "order-early")
+        rm, order = _OnePartition(p), RequestOrder()
+        order.wait_s = 60.0
+        bad = _request("order-early", b"b", 2, 1)
+        bad.partitions[0].records = b"\x00" * 70  # CORRUPT_MESSAGE, before its turn
+        resp = await asyncio.wait_for(produce.handle(rm, bad, order), 30)
+        assert resp.partitions[0].error_code != 0
+        third = asyncio.create_task(_produce(rm, order, _request("order-early", b"c", 3, 1)))
+        await async_wait_for(
+            lambda: _true(order.waiting == 2), timeout=30, what="2's turn and 3 to wait"
+        )
+        assert p.log_end_offset == 0 and not third.done()
+        assert await _produce(rm, order, _request("order-early", b"a", 1, 0)) == 0
+        assert await asyncio.wait_for(third, 30) == 1
+        await async_wait_for(lambda: _true(order.waiting == 0), timeout=30, what="no waits")
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_request_passes_when_its_turn_ends(tmp_path: Path) -> None:
+    # a call cancelled while it waits (a client deadline) keeps its place: the one after it
+    # goes once the earlier one has passed, not at the cancellation
+    async def main() -> None:
+        p = await reorder_leader(tmp_path, "order-cancel")
+        rm, order = _OnePartition(p), RequestOrder()
+        order.wait_s = 60.0
+        second = asyncio.create_task(_produce(rm, order, _request("order-cancel", b"b", 2, 1)))
+        await async_wait_for(lambda: _true(order.waiting == 1), timeout=30, what="2 waits")
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        third = asyncio.create_task(_produce(rm, order, _request("order-cancel", b"c", 3, 2)))
+        await async_wait_for(lambda: _true(order.waiting == 2), timeout=30, what="3 waits too")
+        assert p.log_end_offset == 0
+        assert await _produce(rm, order, _request("order-cancel", b"a", 1, 0)) == 0
+        assert await asyncio.wait_for(third, 30) == 1
+
+    asyncio.run(main())
+
+
 def test_the_wait_is_bounded_and_then_the_request_goes_on(tmp_path: Path) -> None:
     async def main() -> None:
         p = await reorder_leader(tmp_path, "order-bound")
@@ -128,8 +174,8 @@ def test_the_wait_is_bounded_and_then_the_request_goes_on(tmp_path: Path) -> Non
 def test_waiting_requests_are_bounded_per_key(tmp_path: Path) -> None:
     # A client cannot park more than MAX_WAITING_PER_KEY calls (and their buffers): one more
     # is not held and appends at once; having passed, it releases the ones that waited (a
-    # passed number stands for every earlier one: for a client that keeps to its limit, a
-    # later request passes only after the earlier ones or after the bound).
+    # passed number stands for every earlier one: a request passes only after its own wait,
+    # so for a client that keeps to its limit the earlier ones have passed or timed out).
     async def main() -> None:
         p = await reorder_leader(tmp_path, "order-cap")
         rm, order = _OnePartition(p), RequestOrder()

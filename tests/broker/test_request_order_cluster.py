@@ -21,7 +21,6 @@ from tests.metrics.families import scrape
 pytestmark = pytest.mark.timeout(300)
 
 WAITS = "headwater_broker_produce_order_waits_total"
-TIMEOUTS = "headwater_broker_produce_order_wait_timeouts_total"
 
 
 def _request(topic: str, value: bytes, number: int, after: int) -> broker_pb2.ProduceRequest:
@@ -80,7 +79,6 @@ def test_a_non_idempotent_producer_keeps_send_order_with_five_in_flight(
         admin.create_topic(topic, 2)
     sent: dict[int, list[tuple[int, int]]] = {}
     pad = b"x" * 1000
-    timeouts_before = scrape(cluster.brokers[1].metrics_url).value(TIMEOUTS)
     with Producer(
         cluster.bootstrap, acks=1, linger_ms=5, batch_size=300 * 1024, max_in_flight=5
     ) as p:
@@ -108,5 +106,3 @@ def test_a_non_idempotent_producer_keeps_send_order_with_five_in_flight(
     assert sum(map(len, by_thread.values())) == threads * per
     for key, seq in by_thread.items():
         assert seq == sorted(seq), f"thread/partition {key} read back out of order"
-    # no request waited out the bound: each named one that did reach the broker
-    assert scrape(cluster.brokers[1].metrics_url).value(TIMEOUTS) == timeouts_before

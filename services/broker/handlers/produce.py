@@ -21,16 +21,17 @@ Entries for different partitions are appended concurrently. A numbered request
 (``order_key``, broker.proto) validates its entries, then waits, bounded, until the earlier
 request it names (``order_after``) has passed, and passes itself once each of its entries has
 taken its place in its partition's append order or failed (so the next one's validation
-overlaps this one's append): :mod:`services.broker.request_order`. The whole request is refused
-(``MESSAGE_TOO_LARGE`` status) when its record bytes exceed ``MAX_REQUEST_BYTES``, and
-(``INVALID_REQUIRED_ACKS``) for an unknown acks value.
+overlaps this one's append), but never before its own wait has ended (a request that fails at
+once still holds back the ones after it): :mod:`services.broker.request_order`. The whole
+request is refused (``MESSAGE_TOO_LARGE`` status) when its record bytes exceed
+``MAX_REQUEST_BYTES``, and (``INVALID_REQUIRED_ACKS``) for an unknown acks value.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from headwater.batch import validate_batches
 from headwater.errors import (
@@ -81,12 +82,12 @@ async def append_to_partition(
     *,
     acks_all: bool,
     timeout_ms: int,
-    turn: Awaitable[None] | None = None,
+    turn: asyncio.Future[None] | None = None,
     on_queued: Callable[[], None] | None = None,
 ) -> broker_pb2.PartitionProduceResult:
     """Validate and append one partition's batches; never raises (errors go in the result).
-    ``turn``: awaited after validation, before the append. ``on_queued`` is called exactly
-    once: when the entry takes its place in the partition's append order
+    ``turn``: awaited (shielded) after validation, before the append. ``on_queued`` is called
+    exactly once: when the entry takes its place in the partition's append order
     (:meth:`Partition.append`) or when it fails before that."""
     result = broker_pb2.PartitionProduceResult(
         topic=topic, partition=partition, base_offset=-1, log_append_time=-1, log_start_offset=-1
@@ -109,7 +110,7 @@ async def append_to_partition(
         else:
             batches = validate_batches(buf, max_batch_bytes=limit)
         if turn is not None:
-            await turn
+            await asyncio.shield(turn)  # a cancelled call leaves the turn to run out
         done = await p.append(
             buf,
             batches,
@@ -169,11 +170,19 @@ async def handle(
             turn = asyncio.ensure_future(order.wait_turn(key, req.order_after, timeout_ms / 1000))
         left = len(req.partitions)
 
+        def mark_passed() -> None:
+            # never before this request's own turn: one that fails at once must not let a
+            # later request overtake the earlier one they both come after
+            if turn is None or turn.done():
+                order.passed(key, number)
+            else:
+                turn.add_done_callback(lambda _turn: order.passed(key, number))
+
         def entry_queued() -> None:
             nonlocal left
             left -= 1
             if left == 0:
-                order.passed(key, number)
+                mark_passed()
 
     try:
         results = await asyncio.gather(
@@ -192,9 +201,6 @@ async def handle(
             )
         )
     finally:
-        if turn is not None and not turn.done():
-            turn.cancel()  # every entry failed before its turn, or the call was cancelled
         if key:
-            assert order is not None
-            order.passed(key, req.order_number)  # harmless when it has passed already
+            mark_passed()  # every entry failed, or the call was cancelled; harmless if done
     return broker_pb2.ProduceResponse(partitions=results)

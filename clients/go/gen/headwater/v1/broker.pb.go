@@ -210,8 +210,9 @@ type ProduceRequest struct {
 	// the calls; order_after, the order_number of its latest earlier request to this broker
 	// that is still unanswered (0: none). The broker appends this request's entries only after
 	// those of order_after are appended or failed, waiting for them at most 1 s (never past
-	// timeout_ms), then goes on regardless. order_number 0 with a key, or order_after not
-	// below order_number: INVALID_REQUEST.
+	// timeout_ms; the acks=all wait that follows has its own timeout_ms), then goes on
+	// regardless. order_number 0 with a key, or order_after not below order_number:
+	// INVALID_REQUEST.
 	OrderKey      uint64 `protobuf:"varint,6,opt,name=order_key,json=orderKey,proto3" json:"order_key,omitempty"`
 	OrderNumber   uint64 `protobuf:"varint,7,opt,name=order_number,json=orderNumber,proto3" json:"order_number,omitempty"`
 	OrderAfter    uint64 `protobuf:"varint,8,opt,name=order_after,json=orderAfter,proto3" json:"order_after,omitempty"`
