@@ -52,6 +52,11 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
+def uint64(value: int) -> int:
+    """A uint64 field's value (a varint's low 64 bits, as protobuf keeps them)."""
+    return value & (_U64 - 1)
+
+
 def int64(value: int) -> int:
     """An int64 field's value: negative numbers are sent as 64-bit two's complement."""
     value &= _U64 - 1

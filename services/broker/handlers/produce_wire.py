@@ -28,9 +28,7 @@ from __future__ import annotations
 
 from headwater.errors import InvalidRequestError
 from headwater.platform.limits import DEFAULT_LIMITS
-from headwater.protowire import fields, int32
-
-_U64_MASK = (1 << 64) - 1
+from headwater.protowire import fields, int32, uint64
 
 
 class PartitionRecordsView:
@@ -94,11 +92,11 @@ def decode_produce_request(
             elif number == 2:
                 out.timeout_ms = int32(a)
             elif number == 6:
-                out.order_key = a & _U64_MASK
+                out.order_key = uint64(a)
             elif number == 7:
-                out.order_number = a & _U64_MASK
+                out.order_number = uint64(a)
             elif number == 8:
-                out.order_after = a & _U64_MASK
+                out.order_after = uint64(a)
         elif number == 3:
             if len(out.partitions) >= max_partitions:
                 raise InvalidRequestError(
