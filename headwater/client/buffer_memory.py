@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -26,7 +27,10 @@ class BufferMemory:
 
     Every field is guarded by ``lock`` (re-entrant; the accumulator's lock). ``on_blocked`` is
     called, outside the lock, whenever a writer starts waiting (blocked writers make every
-    batch ready, so the sender must look).
+    batch ready, so the sender must look). The sender reports each retry with
+    :meth:`note_retry`: a wait that times out names the latest one (within ``max_block_ms``),
+    which is usually why the buffer did not drain (a broker answering KAFKA_STORAGE_ERROR
+    for a full disk, a partition without a leader).
     """
 
     def __init__(
@@ -37,8 +41,25 @@ class BufferMemory:
         self.used = 0
         self._mem_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._on_blocked = on_blocked
+        #: (monotonic time, what was retried and why) of the sender's latest retry
+        self._last_retry: tuple[float, str] | None = None
         #: guards every field above (and the accumulator's); taken by the loop and by threads
         self.lock = threading.RLock()
+
+    def note_retry(self, what: str) -> None:
+        """The sender re-enqueued a batch: ``what`` says which and after what error."""
+        self._last_retry = (time.monotonic(), what)
+
+    def exhausted(self, nbytes: int) -> BufferExhaustedError:
+        """The error of a wait for ``nbytes`` that timed out."""
+        message = (
+            f"waited {self.max_block * 1000:.0f} ms for {nbytes} bytes of buffer memory "
+            f"({self.used}/{self.buffer_memory} in use)"
+        )
+        retry = self._last_retry
+        if retry is not None and time.monotonic() - retry[0] <= self.max_block:
+            message += f"; the buffered records are being retried after {retry[1]}"
+        return BufferExhaustedError(message)
 
     def try_reserve(self, nbytes: int) -> bool:
         with self.lock:
@@ -67,10 +88,7 @@ class BufferMemory:
             with self.lock:
                 fut.cancel()
                 self._grant()
-            raise BufferExhaustedError(
-                f"waited {self.max_block * 1000:.0f} ms for {nbytes} bytes of buffer memory "
-                f"({self.used}/{self.buffer_memory} in use)"
-            ) from None
+            raise self.exhausted(nbytes) from None
         except BaseException:
             with self.lock:
                 if fut.done() and not fut.cancelled():
@@ -101,10 +119,7 @@ class BufferMemory:
                 return  # granted at the same moment the wait timed out
             waiter.cancel()
             self._grant()
-        raise BufferExhaustedError(
-            f"waited {self.max_block * 1000:.0f} ms for {nbytes} bytes of buffer memory "
-            f"({self.used}/{self.buffer_memory} in use)"
-        )
+        raise self.exhausted(nbytes)
 
     def release(self, nbytes: int) -> None:
         with self.lock:

@@ -420,6 +420,7 @@ class Sender:
         for b in reversed(batches):
             if retriable and b.attempts < self.retries and not self.acc.expired(b):
                 log.debug("retrying batch for %s after %s", b.tp, err)
+                self.acc.note_retry(f"{b.tp.topic}-{b.tp.partition}: {err}")
                 stale = stale or err.invalid_metadata
                 self.acc.reenqueue(b, self.acc.clock() + self.backoff, leader)
             else:

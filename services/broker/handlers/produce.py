@@ -40,6 +40,7 @@ from headwater.errors import (
     MessageTooLargeError,
     message_of,
 )
+from headwater.platform.log_limits import IntervalWarning
 from headwater.v1 import broker_pb2
 from headwater.v1.errors_pb2 import ErrorCode
 from services.broker import metrics
@@ -57,6 +58,9 @@ DEFAULT_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 300_000
 #: Validate larger buffers in a worker thread (CRC at ~20 GB/s: ~12 µs per 256 KiB).
 _INLINE_VALIDATE_BYTES = 256 * 1024
+#: Appends that fail for the disk (full, read-only, failing): answered KAFKA_STORAGE_ERROR,
+#: which producers retry, so they recur on every request; logged at most once per 10 s.
+_STORAGE_ERRORS = IntervalWarning(log, 10.0)
 
 
 def timeout_ms_of(requested: int) -> int:
@@ -125,6 +129,8 @@ async def append_to_partition(
         metrics.PRODUCE_ERRORS.labels(topic, ErrorCode.Name(result.error_code)).inc()
         if result.error_code == ErrorCode.UNKNOWN_SERVER_ERROR:
             log.exception("append to %s-%d failed", topic, partition)
+        elif result.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+            _STORAGE_ERRORS.warning("produce to %s-%d: %s", topic, partition, result.error_message)
         return result
     result.base_offset = done.base_offset
     result.log_append_time = done.log_append_time
