@@ -21,10 +21,11 @@
  *
  * Cached at construction (fixed for the producer's life): the accumulator's __dict__ (``used``
  * and ``closed`` are read and written through it), its ``queues`` dict, ``_mem_waiters``
- * deque, ``lock``, ``batch_size`` and ``buffer_memory``; the producer's topic -> partitions
- * dict and the sticky partitioner's topic -> partition dict; the Sequencer's __dict__
- * (``failed``). ProducerBatch's slots are read at their member offsets (its type is checked
- * exactly on every call).
+ * deque, ``lock`` and ``buffer_memory``; the producer's topic -> partitions dict and the
+ * sticky partitioner's topic -> partition dict; the Sequencer's __dict__ (``failed``).
+ * ProducerBatch's slots are read at their member offsets (its type is checked exactly on every
+ * call); a batch is sealed at its own ``limit`` (the producer's batch_size, or less for a
+ * topic whose max.message.bytes is smaller).
  *
  * RecordFutureBase: the two fields of a RecordFuture (``_outcome``, ``_index``), the base of
  * headwater.client.record_future.RecordFuture so that this module creates futures without a
@@ -108,10 +109,10 @@ static PyTypeObject RFBaseType = {
 
 /* ------------------------------------------------------------------ FastProduce */
 
-enum { S_VALUES, S_KEYS, S_HEADERS, S_TIMESTAMPS, S_TS_UNIFORM, S_COUNT, S_NBYTES, S_SEALED,
-       S_OUTCOME, S_N };
+enum { S_VALUES, S_KEYS, S_HEADERS, S_TIMESTAMPS, S_TS_UNIFORM, S_COUNT, S_NBYTES, S_LIMIT,
+       S_SEALED, S_OUTCOME, S_N };
 static const char *slot_names[S_N] = {"values", "keys", "headers", "timestamps", "ts_uniform",
-                                      "count", "nbytes", "sealed", "outcome"};
+                                      "count", "nbytes", "limit", "sealed", "outcome"};
 
 typedef struct {
     PyObject_HEAD
@@ -128,7 +129,6 @@ typedef struct {
     PyTypeObject *rf_type;
     PyTypeObject *batch_type;
     Py_ssize_t off[S_N];
-    long long batch_size;
     long long buffer_memory;
     long long max_request_size;
 } FastProduce;
@@ -229,23 +229,26 @@ append_locked(FastProduce *self, PyObject *tp, PyObject *value, Py_ssize_t nbyte
     PyObject *timestamps = SLOT(batch, self, S_TIMESTAMPS);
     PyObject *count_obj = SLOT(batch, self, S_COUNT);
     PyObject *nbytes_obj = SLOT(batch, self, S_NBYTES);
+    PyObject *limit_obj = SLOT(batch, self, S_LIMIT);
     PyObject *outcome_obj = SLOT(batch, self, S_OUTCOME);
     if (values == NULL || !PyList_CheckExact(values) || keys == NULL || headers == NULL ||
-        timestamps == NULL || count_obj == NULL || nbytes_obj == NULL || outcome_obj == NULL ||
-        !PyLong_CheckExact(count_obj) || !PyLong_CheckExact(nbytes_obj) ||
+        timestamps == NULL || count_obj == NULL || nbytes_obj == NULL || limit_obj == NULL ||
+        outcome_obj == NULL || !PyLong_CheckExact(count_obj) || !PyLong_CheckExact(nbytes_obj) ||
+        !PyLong_CheckExact(limit_obj) ||
         (keys != Py_None && !PyList_CheckExact(keys)) ||
         (headers != Py_None && !PyList_CheckExact(headers)) ||
         (timestamps != Py_None && !PyList_CheckExact(timestamps)))
         goto done;
     Py_ssize_t count = PyLong_AsSsize_t(count_obj);
     long long size = PyLong_AsLongLong(nbytes_obj);
+    long long limit = PyLong_AsLongLong(limit_obj);
     if (PyErr_Occurred()) {
         rc = -1;
         goto done;
     }
     size += nbytes;
     /* the batch's first record (sets ts_uniform) and a record that seals: the Python path */
-    if (count == 0 || size + nbytes > self->batch_size)
+    if (count == 0 || size + nbytes > limit)
         goto done;
     if (timestamps == Py_None) {
         PyObject *uniform = SLOT(batch, self, S_TS_UNIFORM);
@@ -435,8 +438,6 @@ fp_init(FastProduce *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "acc.__dict__ and acc.queues must be dicts");
         return -1;
     }
-    if ((self->batch_size = int_attr(acc, "batch_size")) == -1 && PyErr_Occurred())
-        return -1;
     if ((self->buffer_memory = int_attr(acc, "buffer_memory")) == -1 && PyErr_Occurred())
         return -1;
     if (seq != Py_None) {
@@ -529,8 +530,9 @@ PyDoc_STRVAR(module_doc,
 "the batch nor waits for buffer memory, and returns record_future(batch.outcome, index).\n"
 "Every other case is passed unchanged, before anything is modified, to fallback (the\n"
 "Python produce), whose semantics are the only ones. Cached at construction and fixed for\n"
-"the producer's life: acc's __dict__, queues, _mem_waiters, lock, batch_size,\n"
-"buffer_memory; the tps and sticky dicts; seq's __dict__ (None: not idempotent).\n"
+"the producer's life: acc's __dict__, queues, _mem_waiters, lock, buffer_memory; the tps\n"
+"and sticky dicts; seq's __dict__ (None: not idempotent). A batch is sealed at its own\n"
+"limit (the batch's limit slot).\n"
 "\n"
 "RecordFutureBase(outcome, index): the fields of a RecordFuture (_outcome, _index), its\n"
 "base class, so that futures are created here without a Python frame.");

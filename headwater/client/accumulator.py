@@ -94,6 +94,9 @@ class Accumulator(BufferMemory):
     ) -> None:
         super().__init__(buffer_memory, max_block_ms, on_blocked=self._wake)
         self.batch_size = batch_size
+        #: topic -> the batch limit its ``max.message.bytes`` sets, for topics whose limit is
+        #: below ``batch_size`` (:meth:`limit_batches`)
+        self._topic_limits: dict[str, int] = {}
         self.linger = linger_ms / 1000
         self.delivery_timeout = delivery_timeout_ms / 1000
         self.compression = compression
@@ -145,7 +148,8 @@ class Accumulator(BufferMemory):
         if loop is None:
             loop = asyncio.get_running_loop()
             self.bind_loop(loop)
-        batch = ProducerBatch(tp, self.clock(), loop.create_future())
+        limit = self._topic_limits.get(tp.topic, self.batch_size)
+        batch = ProducerBatch(tp, self.clock(), loop.create_future(), limit)
         dq.append(batch)
         self.incomplete.add(batch)
         if not self._wake_pending:
@@ -161,13 +165,32 @@ class Accumulator(BufferMemory):
         self._wake_pending = False
         self.wakeup()
 
+    def limit_batches(self, topic: str, max_message_bytes: int | None) -> None:
+        """Batches of ``topic`` opened from now on are sealed within ``max_message_bytes``
+        (the topic's ``max.message.bytes`` as the metadata shows it; None: not set, then
+        ``batch_size`` alone). The broker refuses a larger batch whole (MESSAGE_TOO_LARGE)
+        and this producer does not split a refused batch (Kafka's KIP-126 does), so a topic
+        limited below ``batch_size`` must not be sent a batch that large.
+
+        The bound applies to the size estimate (``nbytes``), with 1/16 of the limit kept
+        free: the estimate counts 128 bytes per batch and 12 per record besides keys, values
+        and headers, at or above the encoded size while keys are under 64 bytes and a batch's
+        timestamps lie within 8 s of each other, a few bytes per record below it otherwise."""
+        with self.lock:
+            limit = None if max_message_bytes is None else max_message_bytes * 15 // 16
+            if limit is None or limit >= self.batch_size:
+                self._topic_limits.pop(topic, None)
+            else:
+                self._topic_limits[topic] = max(limit, BATCH_OVERHEAD + RECORD_OVERHEAD)
+
     def room(self, tp: TopicPartition) -> int:
-        """Bytes the open batch of ``tp`` can still take (``batch_size`` if none is open)."""
+        """Bytes the open batch of ``tp`` can still take (its whole limit if none is
+        open)."""
         with self.lock:
             dq = self.queues.get(tp)
             if dq and not dq[-1].sealed:
-                return self.batch_size - dq[-1].nbytes
-            return self.batch_size - BATCH_OVERHEAD
+                return dq[-1].limit - dq[-1].nbytes
+            return self._topic_limits.get(tp.topic, self.batch_size) - BATCH_OVERHEAD
 
     def has_open_records(self, tp: TopicPartition) -> bool:
         with self.lock:
@@ -208,12 +231,12 @@ class Accumulator(BufferMemory):
         with self.lock:
             sealed = False
             batch = self.open_batch(tp)
-            if batch.count and batch.nbytes + nbytes > self.batch_size:
+            if batch.count and batch.nbytes + nbytes > batch.limit:
                 self.seal(batch)
                 sealed = True
                 batch = self.open_batch(tp)
             batch.append(value, key, headers, ts, nbytes, target)
-            if batch.nbytes + nbytes > self.batch_size:
+            if batch.nbytes + nbytes > batch.limit:
                 self.seal(batch)  # the next record of this size would not fit
                 sealed = True
             return sealed
@@ -260,8 +283,7 @@ class Accumulator(BufferMemory):
             if batch is None or batch.sealed:
                 batch = self.open_batch(tp)
             size = batch.nbytes + nbytes
-            limit = self.batch_size
-            if size > limit and batch.count:
+            if size > batch.limit and batch.count:
                 self.seal(batch)
                 sealed = True
                 batch = self.open_batch(tp)
@@ -287,7 +309,7 @@ class Accumulator(BufferMemory):
                 if outcome.record_callbacks is None:
                     outcome.record_callbacks = []
                 outcome.record_callbacks.append((i, callback))
-            if size + nbytes > limit:
+            if size + nbytes > batch.limit:
                 self.seal(batch)  # the next record of this size would not fit
                 sealed = True
         finally:
@@ -334,7 +356,7 @@ class Accumulator(BufferMemory):
             batch = self.open_batch(tp)
             group.add_piece()
             batch.append_many(values, keys, headers, ts, nbytes, group)
-            if batch.nbytes >= self.batch_size - RECORD_OVERHEAD:
+            if batch.nbytes >= batch.limit - RECORD_OVERHEAD:
                 self.seal(batch)
 
     # ------------------------------------------------------------ draining

@@ -78,8 +78,8 @@ class ProducerBatch:
     """Records of one partition sent together (mutable until drained; owned by the loop).
 
     headwater/client/_cproduce.c reads and writes ``values``, ``keys``, ``headers``,
-    ``timestamps``, ``ts_uniform``, ``count``, ``nbytes``, ``sealed`` and ``outcome`` at their
-    slot offsets (found by name when a producer starts): keep them ``__slots__`` members.
+    ``timestamps``, ``ts_uniform``, ``count``, ``nbytes``, ``limit``, ``sealed`` and ``outcome``
+    at their slot offsets (found by name when a producer starts): keep them ``__slots__`` members.
     """
 
     __slots__ = (
@@ -91,6 +91,7 @@ class ProducerBatch:
         "encoded_size",
         "headers",
         "keys",
+        "limit",
         "nbytes",
         "outcome",
         "pieces",
@@ -106,9 +107,14 @@ class ProducerBatch:
         "waiters",
     )
 
-    def __init__(self, tp: TopicPartition, created: float, done: asyncio.Future[None]) -> None:
+    def __init__(
+        self, tp: TopicPartition, created: float, done: asyncio.Future[None], limit: int
+    ) -> None:
         self.tp = tp
         self.created = created
+        #: the estimated size (``nbytes``) this batch is sealed at: the producer's
+        #: ``batch_size``, or less for a topic whose ``max.message.bytes`` is smaller
+        self.limit = limit
         self.values: list[Any] = []
         self.keys: list[bytes | None] | None = None
         self.headers: list[Sequence[Header]] | None = None

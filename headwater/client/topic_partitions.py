@@ -7,7 +7,9 @@ up to ``max_block_ms`` (:meth:`TopicPartitions.wait`, on the producer's loop); f
 thread (``AsyncProducer.produce``) that wait runs on the loop and the thread blocks for it
 (:meth:`TopicPartitions.wait_from_any_thread`). A topic that does not exist raises
 :class:`UnknownTopicOrPartitionError`; metadata that does not come in time raises
-:class:`BufferExhaustedError`, as Kafka's producer does when ``max.block.ms`` runs out.
+:class:`BufferExhaustedError`, as Kafka's producer does when ``max.block.ms`` runs out. A
+topic's ``max.message.bytes`` override, when below the producer's ``batch_size``, bounds the
+batches opened for it from then on (:meth:`Accumulator.limit_batches`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 from headwater import errors
 from headwater.client.accumulator import Accumulator
 from headwater.client.errors import BufferExhaustedError
-from headwater.client.metadata import Metadata
+from headwater.client.metadata import Metadata, TopicInfo
 from headwater.client.types import TopicPartition
 
 
@@ -51,9 +53,7 @@ class TopicPartitions:
                 raise
             except errors.HeadwaterError as exc:
                 raise BufferExhaustedError(f"no metadata for topic {topic!r}: {exc}") from exc
-        tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
-        self.cache[topic] = tps
-        return tps
+        return self._learn(topic, info)
 
     def wait_from_any_thread(self, topic: str) -> list[TopicPartition]:
         """The topic's partitions from the metadata view, else waited for (another thread);
@@ -61,9 +61,7 @@ class TopicPartitions:
         acc = self._acc
         info = self._metadata.view.topics.get(topic)
         if info is not None:
-            tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
-            self.cache[topic] = tps
-            return tps
+            return self._learn(topic, info)
         loop = acc._loop
         if loop is None or acc.on_loop_thread():
             raise BufferExhaustedError(
@@ -75,3 +73,24 @@ class TopicPartitions:
         except TimeoutError:
             fut.cancel()
             raise BufferExhaustedError(f"no metadata for topic {topic!r}") from None
+
+    def _learn(self, topic: str, info: TopicInfo) -> list[TopicPartition]:
+        """Cache the topic's partitions; its batches from now on keep within its
+        ``max.message.bytes`` (a topic-level override in the metadata)."""
+        self._acc.limit_batches(topic, _max_message_bytes(info.configs))
+        tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
+        self.cache[topic] = tps
+        return tps
+
+
+def _max_message_bytes(configs: dict[str, str]) -> int | None:
+    """The topic's ``max.message.bytes`` override, None when absent or not a positive int
+    (the broker validates topic configs; the producer only uses a sensible one)."""
+    raw = configs.get("max.message.bytes")
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value > 0 else None

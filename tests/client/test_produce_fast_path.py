@@ -83,6 +83,9 @@ def _script(lt: LoopThread, impl: str) -> tuple[list[Any], list[tuple[int, int]]
     p = wire(lt, impl, acc)
     futures: list[RecordFuture] = []
     for i in range(600):
+        if i == 150:
+            # the topic's max.message.bytes (1,280: sealed at 1,200) from now on
+            lt.call(lambda: acc.limit_batches(TOPIC, 1280))
         if i == 300:
             assert p._sticky_current is not None
             p._sticky_current[TOPIC] = 1  # the sticky partitioner moved on
@@ -98,7 +101,8 @@ def _script(lt: LoopThread, impl: str) -> tuple[list[Any], list[tuple[int, int]]
     with acc.lock:
         batches = [b for dq in acc.queues.values() for b in dq]
         shape: list[Any] = [
-            (b.tp, b.count, b.nbytes, b.sealed, list(b.values), b.keys, b.headers) for b in batches
+            (b.tp, b.count, b.nbytes, b.limit, b.sealed, list(b.values), b.keys, b.headers)
+            for b in batches
         ]
         outcomes = [b.outcome for b in batches]
         where = [(outcomes.index(f._outcome), f._index) for f in futures]
@@ -114,6 +118,9 @@ def test_c_and_python_paths_build_the_same_batches(lt: LoopThread) -> None:
     shapes = {impl: r[0] for impl, r in results.items()}
     wheres = {impl: r[1] for impl, r in results.items()}
     assert len(shapes["python"]) > 4  # several batches per partition were sealed
+    limits = [b[3] for b in shapes["python"][:-1]]
+    assert limits[0] == 2048 and limits[-1] == 1200  # batch_size, then the topic's limit
+    assert all(b[2] <= b[3] for b in shapes["python"][:-1])  # no batch over its limit
     for impl in IMPLS:
         assert shapes[impl] == shapes["python"]
         assert wheres[impl] == wheres["python"]
