@@ -23,11 +23,21 @@ B A, A B, ...), before the next unit starts. On a shared machine whose load drif
 minutes, the two rows of a ratio are then measured within a minute or two of each other
 instead of half an hour apart. Each step (unit, system, UTC start and end, load average) is
 written to ``<out-dir>/steps.json``.
+
+``--rounds N`` (with ``--interleave``) runs the whole interleaved sequence N times, the
+systems' order flipped from one round to the next as well, and tags each row with its round
+(``extra["round"]``). The report then uses, per measurement (system, client, workload,
+configuration, API), the median row by records/s (the lower middle one for an even N),
+with every round's figure in ``extra["rounds_records_per_sec"]``: one sample of a 2-second
+row on a shared 2-core VM moves by ±30% from run to run (docs/benchmarks.md, session 33),
+and the median of an odd number of rounds, for both systems alike, does not follow one
+outlier.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -115,16 +125,72 @@ def interleave_units(ws: Iterable[Workload]) -> list[list[Workload]]:
 
 
 def interleaved_steps(
-    units: list[list[Workload]], systems: list[str]
-) -> list[tuple[int, str, list[Workload]]]:
-    """(unit index, system, workloads) in run order: every system runs unit *i* before unit
-    *i + 1* starts, in the given order for even *i* and reversed for odd *i*, so neither
-    system always goes first after a change of unit."""
+    units: list[list[Workload]], systems: list[str], rounds: int = 1
+) -> list[tuple[int, int, str, list[Workload]]]:
+    """(round, unit index, system, workloads) in run order: every system runs unit *i* before
+    unit *i + 1* starts, in the given order when *i + round* is even and reversed when it is
+    odd, so neither system always goes first after a change of unit, nor in every round."""
     return [
-        (i, system, unit)
+        (r, i, system, unit)
+        for r in range(rounds)
         for i, unit in enumerate(units)
-        for system in (systems if i % 2 == 0 else systems[::-1])
+        for system in (systems if (i + r) % 2 == 0 else systems[::-1])
     ]
+
+
+def tag_rows(rows_path: Path, first: int, round_: int) -> None:
+    """Add ``extra["round"] = round_`` to the rows of ``rows_path`` from line ``first`` on
+    (the rows one step appended)."""
+    if not rows_path.exists():
+        return
+    lines = [x for x in rows_path.read_text().splitlines() if x.strip()]
+    for k in range(first, len(lines)):
+        d = json.loads(lines[k])
+        d["extra"] = {**(d.get("extra") or {}), "round": round_}
+        lines[k] = json.dumps(d)
+    rows_path.write_text("".join(x + "\n" for x in lines))
+
+
+def _row_count(rows_path: Path) -> int:
+    if not rows_path.exists():
+        return 0
+    return sum(1 for x in rows_path.read_text().splitlines() if x.strip())
+
+
+def median_rows(rows: list[Row]) -> list[Row]:
+    """One row per measurement of a ``--rounds`` run: rows tagged with a round that share
+    system, client, workload, configuration, API (``mode``) and linger are replaced by their
+    median by records/s (the lower middle one of an even count), which carries every round's
+    records/s, in round order, in ``extra["rounds_records_per_sec"]``. Untagged rows pass
+    through unchanged, in place."""
+    groups: dict[tuple[object, ...], list[Row]] = {}
+    out: list[Row | tuple[object, ...]] = []
+    for r in rows:
+        if "round" not in r.extra:
+            out.append(r)
+            continue
+        key = (
+            r.system,
+            r.client,
+            r.workload,
+            r.config,
+            str(r.extra.get("mode", "")),
+            str(r.extra.get("linger_ms", "")),
+        )
+        if key not in groups:
+            groups[key] = []
+            out.append(key)
+        groups[key].append(r)
+    result: list[Row] = []
+    for item in out:
+        if isinstance(item, Row):
+            result.append(item)
+            continue
+        group = sorted(groups[item], key=lambda r: int(str(r.extra["round"])))
+        median = sorted(group, key=lambda r: r.records_per_sec)[(len(group) - 1) // 2]
+        extra = {**median.extra, "rounds_records_per_sec": [r.records_per_sec for r in group]}
+        result.append(dataclasses.replace(median, extra=extra))
+    return result
 
 
 def _utc() -> str:
@@ -138,13 +204,17 @@ def run_interleaved(
     flags_of: dict[str, list[str]],
     timeout: float,
     steps_path: Path,
+    rounds: int = 1,
 ) -> dict[str, int]:
     """Run :func:`interleaved_steps`, each step one harness call restricted to its unit's
-    exact workload keys; return each system's worst exit code (0 when all were 0)."""
+    exact workload keys (its rows tagged with the round when ``rounds`` > 1); return each
+    system's worst exit code (0 when all were 0)."""
     exits: dict[str, int] = {s: 0 for s in systems}
     steps: list[dict[str, object]] = []
-    for i, system, unit in interleaved_steps(units, systems):
+    for r, i, system, unit in interleaved_steps(units, systems, rounds):
+        first = _row_count(rows_path)
         step: dict[str, object] = {
+            "round": r,
             "unit": i,
             "system": system,
             "workloads": [w.key for w in unit],
@@ -153,6 +223,8 @@ def run_interleaved(
         }
         only = ",".join(w.key for w in unit)
         code = run_system(system, rows_path, [*flags_of[system], "--only", only], timeout)
+        if rounds > 1:
+            tag_rows(rows_path, first, r)
         step.update(end_utc=_utc(), load_end=os.getloadavg()[0], exit=code)
         steps.append(step)
         steps_path.write_text(json.dumps(steps, indent=2))
@@ -209,6 +281,14 @@ def _pct(x: float, ceiling: float | None) -> str:
     return f"{100 * x / ceiling:.0f}%" if ceiling else "—"
 
 
+def _records_per_sec(r: Row) -> str:
+    """records/s; a median row of several rounds adds the rounds' range."""
+    seen = r.extra.get("rounds_records_per_sec")
+    if isinstance(seen, list) and len(seen) > 1:
+        return f"{r.records_per_sec:,.0f} ({min(seen):,.0f} to {max(seen):,.0f})"
+    return f"{r.records_per_sec:,.0f}"
+
+
 def throughput_table(rows: list[Row], ceil: dict[str, float]) -> list[str]:
     """One line per (workload, system, client) of produce-max and consume rows."""
     ref = _kafka_reference(rows)
@@ -230,7 +310,7 @@ def throughput_table(rows: list[Row], ceil: dict[str, float]) -> list[str]:
         )
         hw = r.system == "headwater"
         lines.append(
-            f"| {r.workload} | {r.system} | {_client(r)} | {r.records_per_sec:,.0f} | "
+            f"| {r.workload} | {r.system} | {_client(r)} | {_records_per_sec(r)} | "
             f"{r.mb_per_sec:,.1f} | {vs} | {_pct(r.mb_per_sec, pc) if hw else '—'} | "
             f"{_pct(r.mb_per_sec, grpc) if hw else '—'} | {_lat(r)} |"
         )
@@ -360,7 +440,18 @@ def targets(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
 
 
 def report(rows: list[Row], ceil: dict[str, float], mach: str) -> str:
+    """The Markdown report; rows of a ``--rounds`` run are reduced to their medians first
+    (:func:`median_rows`)."""
+    rounds = {r.extra["round"] for r in rows if "round" in r.extra}
+    rows = median_rows(rows)
     lines = [f"Machine: {mach}", ""]
+    if rounds:
+        lines += [
+            f"Medians of {len(rounds)} rounds: each figure is the median row of its "
+            "measurement by records/s (every round's figure in the row's "
+            '``extra["rounds_records_per_sec"]``).',
+            "",
+        ]
     if ceil:
         lines += [
             "Ceilings in the same run: page-cache write into a growing file "
@@ -421,9 +512,18 @@ def main() -> None:
         "depends on what its system's earlier rows wrote (0: none; bench/peers/common.py "
         "warm_page_cache)",
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --interleave: run the interleaved sequence this many times and report "
+        "each measurement's median (odd counts recommended)",
+    )
     p.add_argument("--system-timeout", type=float, default=1800)
     p.add_argument("--report", nargs=2, type=Path, metavar=("ROWS", "CEILINGS"))
     args = p.parse_args()
+    if args.rounds < 1 or (args.rounds > 1 and not args.interleave):
+        p.error("--rounds takes a count >= 1, and more than 1 only with --interleave")
     if args.report:
         rows = read_rows(args.report[0])
         ceil = json.loads(args.report[1].read_text())
@@ -451,6 +551,7 @@ def main() -> None:
             flags_of,
             args.system_timeout,
             out_dir / "steps.json",
+            args.rounds,
         )
     else:
         only = ["--only", args.only] if args.only else []

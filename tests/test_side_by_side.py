@@ -124,7 +124,8 @@ def test_interleaved_steps_alternate_which_system_goes_first() -> None:
     )
     steps = side_by_side.interleaved_steps(units, ["headwater", "kafka"])
     assert len(steps) == 2 * len(units) == 8
-    assert [(i, s) for i, s, _ in steps] == [
+    assert {r for r, _, _, _ in steps} == {0}
+    assert [(i, s) for _, i, s, _ in steps] == [
         (0, "headwater"),
         (0, "kafka"),
         (1, "kafka"),
@@ -134,7 +135,55 @@ def test_interleaved_steps_alternate_which_system_goes_first() -> None:
         (3, "kafka"),
         (3, "headwater"),
     ]
-    assert all(unit is units[i] for i, _, unit in steps)
+    assert all(unit is units[i] for _, i, _, unit in steps)
+
+
+def test_rounds_repeat_the_sequence_with_the_first_system_flipped() -> None:
+    units = side_by_side.interleave_units(
+        [w for w in WORKLOADS if w.kind in ("produce-max", "consume") and w.rf == 1]
+    )
+    steps = side_by_side.interleaved_steps(units, ["headwater", "kafka"], rounds=3)
+    assert len(steps) == 3 * 2 * len(units)
+    firsts = [(r, i, s) for r, i, s, _ in steps[::2]]
+    assert firsts[: len(units)] == [(0, i, ("headwater", "kafka")[i % 2]) for i in range(4)]
+    assert firsts[len(units) : 2 * len(units)] == [
+        (1, i, ("kafka", "headwater")[i % 2]) for i in range(4)
+    ]
+    assert [r for r, _, _, _ in steps] == sorted(r for r, _, _, _ in steps)
+
+
+def test_rows_of_several_rounds_are_tagged_and_reduced_to_their_medians(tmp_path: Path) -> None:
+    w = Workload("produce-max", 1, 1024)
+    path = tmp_path / "rows.jsonl"
+    untagged = _row("headwater", "headwater bench", Workload("e2e", 1, 1024, rate_mb_s=10), 10.0)
+    append_row(path, untagged)
+    side_by_side.tag_rows(path, 1, 0)  # nothing from line 1 on yet
+    assert read_rows(path) == [untagged]
+    for round_, (hw, ck) in enumerate(((300.0, 350.0), (500.0, 200.0), (400.0, 390.0))):
+        first = len(read_rows(path))
+        append_row(path, _row("headwater", "headwater bench", w, hw))
+        append_row(path, _row("kafka", "python confluent-kafka", w, ck))
+        side_by_side.tag_rows(path, first, round_)
+    rows = read_rows(path)
+    assert [r.extra.get("round") for r in rows] == [None, 0, 0, 1, 1, 2, 2]
+    medians = side_by_side.median_rows(rows)
+    assert medians[0] == untagged  # untagged rows pass through, in place
+    hw_row, ck_row = medians[1], medians[2]
+    assert (hw_row.system, ck_row.system) == ("headwater", "kafka")
+    assert hw_row.mb_per_sec == pytest.approx(400.0) and ck_row.mb_per_sec == pytest.approx(350.0)
+    assert [round(x) for x in hw_row.extra["rounds_records_per_sec"]] == [
+        round(300e6 / 1024),
+        round(500e6 / 1024),
+        round(400e6 / 1024),
+    ]
+    # an even count keeps the lower middle row
+    two = side_by_side.median_rows(rows[1:5])
+    assert [r.mb_per_sec for r in two] == [pytest.approx(300.0), pytest.approx(200.0)]
+    text = side_by_side.report(rows, {}, "test machine")
+    assert "Medians of 3 rounds" in text
+    line = next(x for x in text.splitlines() if "| headwater | headwater bench" in x)
+    assert "1.14x" in line  # 400 / 350: the medians' ratio
+    assert f"({300e6 / 1024:,.0f} to {500e6 / 1024:,.0f})" in line
 
 
 def test_warm_page_cache_writes_the_asked_mib_and_leaves_no_file(
