@@ -172,10 +172,12 @@ class Accumulator(BufferMemory):
         and this producer does not split a refused batch (Kafka's KIP-126 does), so a topic
         limited below ``batch_size`` must not be sent a batch that large.
 
-        The bound applies to the size estimate (``nbytes``), with 1/16 of the limit kept
-        free: the estimate counts 128 bytes per batch and 12 per record besides keys, values
-        and headers, at or above the encoded size while keys are under 64 bytes and a batch's
-        timestamps lie within 8 s of each other, a few bytes per record below it otherwise."""
+        The bound applies to the size estimate (``nbytes``: 128 bytes per batch and 12 per
+        record besides keys, values and headers), with 1/16 of the limit kept free. The
+        encoded batch (headwater/batch/columns.py: fixed-width columns, ~8 bytes per record
+        besides its key and value, ~12 with keys) is smaller except by under a byte per
+        record with keys and headers and a few dozen bytes of padding, which the 1/16
+        covers."""
         with self.lock:
             limit = None if max_message_bytes is None else max_message_bytes * 15 // 16
             if limit is None or limit >= self.batch_size:
@@ -351,9 +353,15 @@ class Accumulator(BufferMemory):
         nbytes: int,
         group: Group,
     ) -> None:
-        """Add a run of records that the caller sized to fit :meth:`room` (already reserved)."""
+        """Add a run of records that the caller sized to fit :meth:`room` (already reserved).
+        Other appends may have filled the open batch since the caller read its room (a
+        ``send()`` from another thread, another ``send_many`` that waited for memory): the
+        run then starts a batch of its own rather than push that one past its limit."""
         with self.lock:
             batch = self.open_batch(tp)
+            if batch.count and batch.nbytes + nbytes > batch.limit:
+                self.seal(batch)
+                batch = self.open_batch(tp)
             group.add_piece()
             batch.append_many(values, keys, headers, ts, nbytes, group)
             if batch.nbytes >= batch.limit - RECORD_OVERHEAD:

@@ -28,9 +28,10 @@ class BufferMemory:
     Every field is guarded by ``lock`` (re-entrant; the accumulator's lock). ``on_blocked`` is
     called, outside the lock, whenever a writer starts waiting (blocked writers make every
     batch ready, so the sender must look). The sender reports each retry with
-    :meth:`note_retry`: a wait that times out names the latest one (within ``max_block_ms``),
-    which is usually why the buffer did not drain (a broker answering KAFKA_STORAGE_ERROR
-    for a full disk, a partition without a leader).
+    :meth:`note_retry`: a wait that times out names the latest one (within ``max_block_ms``)
+    and how long ago it was, often why the buffer did not drain (a broker answering
+    KAFKA_STORAGE_ERROR for a full disk, a partition without a leader); it may also have
+    succeeded since, on a partition other than the one the buffer waits for.
     """
 
     def __init__(
@@ -57,8 +58,10 @@ class BufferMemory:
             f"({self.used}/{self.buffer_memory} in use)"
         )
         retry = self._last_retry
-        if retry is not None and time.monotonic() - retry[0] <= self.max_block:
-            message += f"; the buffered records are being retried after {retry[1]}"
+        if retry is not None:
+            ago = time.monotonic() - retry[0]
+            if ago <= self.max_block:
+                message += f"; the latest retry, {ago:.1f} s ago, was of {retry[1]}"
         return BufferExhaustedError(message)
 
     def try_reserve(self, nbytes: int) -> bool:

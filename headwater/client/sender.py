@@ -428,7 +428,9 @@ class Sender:
                 self.acc.fail(b, err)
         if failed and self.producing is not None:
             self._sequenced_failed(failed[::-1], err)
-        if stale:
+        if stale or isinstance(err, errors.MessageTooLargeError):
+            # MESSAGE_TOO_LARGE: the topic's max.message.bytes may have been lowered; new
+            # batches keep within the limit the refreshed metadata shows (limit_batches)
             self.metadata.request_update()
 
     def _sequenced_failed(self, failed: list[ProducerBatch], err: errors.HeadwaterError) -> None:

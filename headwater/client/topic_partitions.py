@@ -19,7 +19,7 @@ import asyncio
 from headwater import errors
 from headwater.client.accumulator import Accumulator
 from headwater.client.errors import BufferExhaustedError
-from headwater.client.metadata import Metadata, TopicInfo
+from headwater.client.metadata import ClusterView, Metadata, TopicInfo
 from headwater.client.types import TopicPartition
 
 
@@ -53,15 +53,16 @@ class TopicPartitions:
                 raise
             except errors.HeadwaterError as exc:
                 raise BufferExhaustedError(f"no metadata for topic {topic!r}: {exc}") from exc
-        return self._learn(topic, info)
+        return self._learn(topic, info, self._metadata.view)  # on the loop: current
 
     def wait_from_any_thread(self, topic: str) -> list[TopicPartition]:
         """The topic's partitions from the metadata view, else waited for (another thread);
         on the loop a topic not in the view raises :class:`BufferExhaustedError` at once."""
         acc = self._acc
-        info = self._metadata.view.topics.get(topic)
+        view = self._metadata.view
+        info = view.topics.get(topic)
         if info is not None:
-            return self._learn(topic, info)
+            return self._learn(topic, info, view)
         loop = acc._loop
         if loop is None or acc.on_loop_thread():
             raise BufferExhaustedError(
@@ -74,12 +75,16 @@ class TopicPartitions:
             fut.cancel()
             raise BufferExhaustedError(f"no metadata for topic {topic!r}") from None
 
-    def _learn(self, topic: str, info: TopicInfo) -> list[TopicPartition]:
-        """Cache the topic's partitions; its batches from now on keep within its
-        ``max.message.bytes`` (a topic-level override in the metadata)."""
+    def _learn(self, topic: str, info: TopicInfo, view: ClusterView) -> list[TopicPartition]:
+        """The topic's partitions in ``view`` (``info`` is its entry there), cached while
+        ``view`` is still the current one; batches of the topic opened from now on keep
+        within its ``max.message.bytes`` (a topic-level override in the metadata). A view
+        replaced meanwhile (another thread read it just before the loop swapped in a new one
+        and cleared the cache) is not cached: the next call learns the new one."""
         self._acc.limit_batches(topic, _max_message_bytes(info.configs))
         tps = [TopicPartition(topic, p) for p in range(len(info.partitions))]
-        self.cache[topic] = tps
+        if self._metadata.view is view:
+            self.cache[topic] = tps
         return tps
 
 

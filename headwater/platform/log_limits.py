@@ -3,7 +3,8 @@
 A broker whose disk is full fails every produce request to it: one warning per request would
 flood its log, none at all leaves the operator a metric and nothing to read.
 :class:`IntervalWarning` logs the first occurrence at once and then at most one line per
-``interval_s``, each saying how many occurrences it stands for.
+``interval_s``, each saying how many occurrences were not logged since the line before it (a
+count not followed by a later occurrence is never logged; the metric beside it counts all).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ class IntervalWarning:
             return False
         self._next_at = now + self._interval_s
         if self._unlogged:
-            msg += " (and %d more like it in the last %.0f s)"
-            args = (*args, self._unlogged, self._interval_s)
+            msg += " (and %d more like it since the previous line)"
+            args = (*args, self._unlogged)
             self._unlogged = 0
         self._logger.warning(msg, *args)
         return True

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 
 TOPIC = "full"
 VALUE = b"v" * 100_000
+BEFORE = b"b" * 100_000
 
 
 def _log_file(cluster: LocalCluster) -> Path:
@@ -61,7 +62,9 @@ def test_a_full_disk_refuses_appends_with_a_storage_error_and_loses_nothing(
         with AdminClient(cluster.bootstrap) as admin:
             admin.create_topic(TOPIC, 1)
         with Producer(cluster.bootstrap, acks=1) as p:
-            p.send_many(TOPIC, [b"before"] * 10).result(60)
+            # ~1 MB: the broker's own log file (under the same file-size limit) stays far
+            # below the limit set from this segment's size
+            p.send_many(TOPIC, [BEFORE] * 10).result(60)
         log_file = _log_file(cluster)
         size_before = log_file.stat().st_size
         pid = cluster.brokers[1].pid
@@ -83,9 +86,9 @@ def test_a_full_disk_refuses_appends_with_a_storage_error_and_loses_nothing(
             )
 
             # A blocking producer fills its buffer behind the refused batches; the wait that
-            # times out names the error they are being retried after.
+            # times out names the latest retry and its error.
             with Producer(
-                cluster.bootstrap, acks=1, buffer_memory=1024 * 1024, max_block_ms=2000
+                cluster.bootstrap, acks=1, buffer_memory=1024 * 1024, max_block_ms=10_000
             ) as p:
                 promised = []
                 with pytest.raises(BufferExhaustedError) as refused:
@@ -105,4 +108,4 @@ def test_a_full_disk_refuses_appends_with_a_storage_error_and_loses_nothing(
             resource.prlimit(pid, resource.RLIMIT_FSIZE, (hard, hard))
         assert offsets == list(range(10, 10 + len(promised)))
         records = asyncio.run(read_all(cluster.bootstrap, TOPIC, 1, 10 + len(promised)))
-        assert [r.value for r in records] == [b"before"] * 10 + [VALUE] * len(promised)
+        assert [r.value for r in records] == [BEFORE] * 10 + [VALUE] * len(promised)

@@ -12,9 +12,12 @@ import pytest
 
 from headwater.client import AdminClient, Producer
 from headwater.client.accumulator import Accumulator
+from headwater.client.producer_batch import Group
 from headwater.client.types import TopicPartition
 from headwater.dev.cluster import LocalCluster
+from headwater.errors import MessageTooLargeError
 from tests.client.per_record_helpers import LoopThread, make_acc, read_all
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -83,3 +86,59 @@ def test_the_limit_comes_from_the_topic_configs_in_the_metadata(cluster: LocalCl
         acc = p._p._acc
         assert acc is not None
         assert acc._topic_limits == {"limited-md": 65536 * 15 // 16}
+
+
+def test_a_lowered_limit_is_learned_after_the_first_refused_batch(cluster: LocalCluster) -> None:
+    # The producer learned 1 MiB; the topic is then limited to 128 KiB. The first batch
+    # sized for the old limit is refused whole (no split); MESSAGE_TOO_LARGE makes the
+    # producer refresh its metadata, and the batches after that keep within the new limit.
+    topic = "lowered"
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.create_topic(topic, 1, configs={"max.message.bytes": str(1024 * 1024)})
+        with Producer(cluster.bootstrap, acks=1, linger_ms=200) as p:
+            p.send(topic, VALUE).result(30)
+            acc = p._p._acc
+            assert acc is not None
+            assert acc._topic_limits[topic] == 1024 * 1024 * 15 // 16
+            admin.alter_topic_configs(topic, {"max.message.bytes": str(128 * 1024)})
+            refused = [p.send(topic, VALUE) for _ in range(900)]  # one ~0.9 MiB batch
+            p.flush(60)
+            assert all(isinstance(f.exception(60), MessageTooLargeError) for f in refused)
+            metadata = p._p._metadata
+            assert metadata is not None
+            wait_for(
+                lambda: metadata.view.topics[topic].configs.get("max.message.bytes")
+                == str(128 * 1024),
+                timeout=30,
+                what="the producer's metadata to show the new limit",
+            )
+            later = [p.send(topic, VALUE) for _ in range(900)]
+            p.flush(60)
+            assert [f.result(60).offset for f in later] == list(range(1, 901))
+            assert acc._topic_limits[topic] == 128 * 1024 * 15 // 16
+
+
+def test_a_send_many_run_starts_its_own_batch_when_the_open_one_filled_meanwhile() -> None:
+    # send_many sizes a run to the room it read; a send() from another thread may fill the
+    # open batch before the run is appended: the run then goes to a new batch, never past
+    # the limit.
+    lt = LoopThread()
+    try:
+        acc = make_acc(lt, batch_size=4096)
+        tp = TopicPartition("t", 0)
+
+        def run() -> list[tuple[int, int]]:
+            room = acc.room(tp)
+            for _ in range(20):  # another caller fills the batch meanwhile
+                acc.append(tp, b"v" * 100, None, None, 0, 112, None)
+            group = Group("t", asyncio.get_running_loop().create_future())
+            n = room // 112
+            acc.append_many(tp, [b"v" * 100] * n, None, None, 0, n * 112, group)
+            with acc.lock:
+                return [(b.count, b.nbytes) for b in acc.queues[tp]]
+
+        shape = lt.call(run)
+        assert len(shape) >= 2
+        assert all(nbytes <= 4096 for _, nbytes in shape)
+    finally:
+        lt.stop()

@@ -34,7 +34,7 @@ def test_one_line_per_interval_counting_the_rest(caplog: pytest.LogCaptureFixtur
         assert limited.warning("disk %s full", "e") is True
     assert [r.getMessage() for r in caplog.records] == [
         "disk a full",
-        "disk d full (and 2 more like it in the last 10 s)",
+        "disk d full (and 2 more like it since the previous line)",
         "disk e full",
     ]
     assert all(r.levelno == logging.WARNING for r in caplog.records)
