@@ -5,9 +5,11 @@ Configuration (Kafka's names and meanings): ``acks`` 0 | 1 | "all"; ``batch_size
 default :data:`DEFAULT_BATCH_SIZE`, 4 MiB, or ``buffer_memory`` / ``max_request_size`` when
 either is smaller — a produce request costs the broker about 0.6 ms of CPU whatever its size,
 so batches are big; a batch holds only what was sent, and ``linger_ms`` still sends a
-part-filled one. A batch larger than the topic's ``max.message.bytes`` (8 MiB by default) is
-refused with :class:`MessageTooLargeError` and not split: on a topic set lower, set
-``batch_size`` at or below it);
+part-filled one. The broker refuses a batch larger than the topic's ``max.message.bytes``
+(8 MiB by default) with :class:`MessageTooLargeError` and the producer does not split it; a
+topic override below ``batch_size`` bounds that topic's batches
+(:meth:`Accumulator.limit_batches`), a lower broker-wide default does not: set ``batch_size``
+at or below it);
 ``linger_ms`` (5); ``buffer_memory`` (32 MiB) with ``max_block_ms`` (60 s) of back-pressure
 before :class:`BufferExhaustedError`; ``compression_type`` none | gzip | lz4 | zstd;
 ``retries``, ``retry_backoff_ms``, ``delivery_timeout_ms`` (120 s); ``max_in_flight`` requests
