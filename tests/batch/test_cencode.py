@@ -58,6 +58,17 @@ def test_crc32c_extend_equals_the_package_piece_by_piece(crc_impl: str) -> None:
     assert _cencode.crc32c_extend(1234, []) == 1234
 
 
+@pytest.mark.parametrize("length", [767, 768, 769, 1024, 3 * 8192 - 1, 3 * 8192, 100_003])
+def test_crc32c_extend_across_the_interleaved_blocks(crc_impl: str, length: int) -> None:
+    # the instruction runs three streams over 3 x 256 and 3 x 8192 byte blocks: every length
+    # around them, at every alignment, from any starting value
+    data = RNG.randbytes(length + 8)
+    for start_at in range(8):
+        piece = memoryview(data)[start_at : start_at + length]
+        for crc in (0, 0xFFFFFFFF, RNG.randrange(2**32)):
+            assert _cencode.crc32c_extend(crc, [piece]) == crc32c.crc32c(piece, crc)
+
+
 def test_crc32c_extend_large_pieces_release_the_gil(crc_impl: str) -> None:
     # 1 KiB values of a 4 MiB batch (over 64 KiB: computed with the GIL released); another
     # thread runs meanwhile and the result is still the package's
