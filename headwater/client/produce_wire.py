@@ -42,17 +42,21 @@ def encode_produce_request(
     partitions: Sequence[tuple[str, int, Sequence[bytes]]],
     transactional_id: str = "",
     order: tuple[int, int, int] = (0, 0, 0),
+    records_lens: Sequence[int] | None = None,
 ) -> bytes:
-    """Wire bytes of a ProduceRequest; ``partitions`` = (topic, partition, batches) each;
-    ``order`` = (order_key, order_number, order_after)."""
+    """Wire bytes of a ProduceRequest; ``partitions`` = (topic, partition, pieces) each, the
+    pieces of the partition's batches laid end to end; ``order`` = (order_key, order_number,
+    order_after); ``records_lens``: each partition's total length of pieces when the caller
+    knows it (the sender does: a batch's ``encoded_size``), so that a batch of thousands of
+    pieces is not measured piece by piece again."""
     pieces: list[bytes] = []
     if acks:
         pieces += (_TAG_ACKS, encode_varint(acks))
     if timeout_ms:
         pieces += (_TAG_TIMEOUT, encode_varint(timeout_ms))
-    for topic, partition, batches in partitions:
+    for i, (topic, partition, batches) in enumerate(partitions):
         topic_b = topic.encode()
-        records_len = sum(map(len, batches))
+        records_len = records_lens[i] if records_lens is not None else sum(map(len, batches))
         head = [_TAG_TOPIC, encode_varint(len(topic_b)), topic_b] if topic_b else []
         if partition:
             head += (_TAG_PARTITION, encode_varint(partition))

@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from headwater.batch import Compression, encode_batch_pieces, with_base_sequence
+from headwater.batch import Compression, encode_batch_pieces, parse_header, with_base_sequence
 from headwater.client.record_future import BatchOutcome
 from headwater.client.types import GroupMetadata, PartitionRange, TopicPartition
 
@@ -256,7 +256,7 @@ class ProducerBatch:
             transactional=txn,
             values_as_pieces=self.nbytes >= PIECES_FROM_MEAN_SIZE * self.count,
         )
-        self.encoded_size = sum(map(len, pieces))
+        self.encoded_size = parse_header(pieces[0]).total_size  # not len() per value piece
         # the columns are no longer needed (the pieces may hold the values themselves); keep
         # what resolving futures reads
         self.values = []

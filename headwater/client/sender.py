@@ -70,6 +70,7 @@ import contextlib
 import logging
 import secrets
 from collections import OrderedDict
+from itertools import chain
 
 import grpc
 
@@ -314,9 +315,10 @@ class Sender:
             transactional_id=self.transactional_id,
             order=order,
             partitions=[
-                (tp.topic, tp.partition, [p for b in bs for p in b.pieces or ()])
+                (tp.topic, tp.partition, list(chain.from_iterable(b.pieces or () for b in bs)))
                 for tp, bs in by_tp.items()
             ],
+            records_lens=[sum(b.encoded_size for b in bs) for bs in by_tp.values()],
         )
         address = self.metadata.view.address(leader)
         if address is None:

@@ -54,6 +54,17 @@ def test_parses_back_to_the_same_message(acks, timeout_ms, client_id, txn, parts
     )
     assert broker_pb2.ProduceRequest.FromString(wire) == expected
     assert wire == expected.SerializeToString(deterministic=True)
+    # the sender passes each partition's length (its batches' encoded_size): the same bytes
+    given = encode_produce_request(
+        acks=acks,
+        timeout_ms=timeout_ms,
+        client_id=client_id,
+        partitions=parts,
+        transactional_id=txn,
+        order=order,
+        records_lens=[sum(map(len, bs)) for _, _, bs in parts],
+    )
+    assert given == wire
 
 
 def test_varint_matches_protobuf_for_edge_values() -> None:
