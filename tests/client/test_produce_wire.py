@@ -31,7 +31,7 @@ _parts = st.lists(
     order=st.tuples(*[st.integers(min_value=0, max_value=2**64 - 1)] * 3),
 )
 def test_parses_back_to_the_same_message(acks, timeout_ms, client_id, txn, parts, order) -> None:
-    wire = encode_produce_request(
+    request = dict(
         acks=acks,
         timeout_ms=timeout_ms,
         client_id=client_id,
@@ -39,6 +39,7 @@ def test_parses_back_to_the_same_message(acks, timeout_ms, client_id, txn, parts
         transactional_id=txn,
         order=order,
     )
+    wire = encode_produce_request(**request)
     expected = broker_pb2.ProduceRequest(
         acks=acks,
         timeout_ms=timeout_ms,
@@ -55,16 +56,8 @@ def test_parses_back_to_the_same_message(acks, timeout_ms, client_id, txn, parts
     assert broker_pb2.ProduceRequest.FromString(wire) == expected
     assert wire == expected.SerializeToString(deterministic=True)
     # the sender passes each partition's length (its batches' encoded_size): the same bytes
-    given = encode_produce_request(
-        acks=acks,
-        timeout_ms=timeout_ms,
-        client_id=client_id,
-        partitions=parts,
-        transactional_id=txn,
-        order=order,
-        records_lens=[sum(map(len, bs)) for _, _, bs in parts],
-    )
-    assert given == wire
+    lens = [sum(map(len, bs)) for _, _, bs in parts]
+    assert encode_produce_request(**request, records_lens=lens) == wire
 
 
 def test_varint_matches_protobuf_for_edge_values() -> None:
