@@ -330,6 +330,9 @@ int32_deltas(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Clear();
         Py_RETURN_NONE;
     }
+    /* first and every value within ±2**62 (any ms timestamp): no difference can overflow */
+    if (first > (1LL << 62) || first < -(1LL << 62))
+        Py_RETURN_NONE;
     Py_ssize_t n = PyList_GET_SIZE(values);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
     if (out == NULL)
@@ -345,8 +348,7 @@ int32_deltas(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyErr_Clear();
             goto general;
         }
-        /* both within ±2**62 (any ms timestamp): the difference cannot overflow */
-        if (v > (1LL << 62) || v < -(1LL << 62) || first > (1LL << 62) || first < -(1LL << 62))
+        if (v > (1LL << 62) || v < -(1LL << 62))
             goto general;
         long long d = v - first;
         if (d > INT32_MAX || d < INT32_MIN)
