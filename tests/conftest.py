@@ -10,27 +10,36 @@ import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 from headwater.dev.cluster import LocalCluster
 from headwater.dev.etcd_server import EtcdServer
-from tests.helpers import purity
+from tests.helpers import node_lock, purity
 from tests.security import switch as security_switch
 
 # The single-node Kubernetes tests (tests/k8s_node) need root and bring up a whole node: a plain
 # `pytest` leaves them out; `make test` runs them in a second pytest run (with tests/images), on
 # one node for that run, and `make test-k8s-node` alone; both set HEADWATER_TEST_K8S_NODE=1.
 collect_ignore = [] if os.environ.get("HEADWATER_TEST_K8S_NODE") == "1" else ["k8s_node"]
+_NODE_LOCK = pytest.StashKey[IO[str]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """HEADWATER_TEST_TLS=1: TLS clusters and TLS clients everywhere (tests/security/switch.py)."""
+    """HEADWATER_TEST_TLS=1: TLS clusters and TLS clients everywhere (tests/security/switch.py).
+    A run of the image or node tests holds the machine's node lock (tests/helpers/node_lock.py)
+    until it exits: another run on this machine waits for it rather than sharing the node."""
     security_switch.configure()
+    if "1" in (os.environ.get("HEADWATER_TEST_K8S_NODE"), os.environ.get("HEADWATER_TEST_IMAGES")):
+        config.stash[_NODE_LOCK] = node_lock.hold(node_lock.lock_path())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     security_switch.unconfigure()
+    held = config.stash.get(_NODE_LOCK, None)
+    if held is not None:
+        held.close()
 
 
 @pytest.fixture(autouse=True)
