@@ -73,6 +73,13 @@ class ClusterView:
             return -1
         return int(st.leader)
 
+    def replicated(self, tp: TopicPartition) -> bool:
+        """``tp`` has replicas besides its leader (followers that fetch what it appends);
+        False when it has one replica or is unknown."""
+        t = self.topics.get(tp.topic)
+        st = None if t is None else t.partitions.get(tp.partition)
+        return st is not None and len(st.replicas) > 1
+
     def leader_address(self, tp: TopicPartition) -> str | None:
         leader = self.leader(tp)
         return None if leader < 0 else self.address(leader)

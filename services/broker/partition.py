@@ -78,6 +78,7 @@ from headwater.errors import (
     message_of,
 )
 from services.broker import metrics
+from services.broker.storage.producer_state import SEQ_MOD, last_seq_of
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,11 @@ _INLINE_READ_BYTES = 256 * 1024
 #: order); refused, the later batch came back after the client's retry backoff with the
 #: partition down to one request in flight (issue 17 item 5, docs/benchmarks.md).
 REORDER_WAIT_S = 1.0
+#: A batch that starts where a request already queued for the append lock ends does not wait:
+#: the lock is first come, first served, so it lands right after that request's batches (the
+#: sequence check still decides, at its append). Waiting for the earlier request to be
+#: *appended* left the log idle between appends for a loop round-trip each, one producer's
+#: requests going through the append one at a time (docs/benchmarks.md "Session 35").
 #: At most this many produce calls of one producer wait in that reorder wait on a partition:
 #: with at most 5 batches unacknowledged (Kafka's idempotent window), at most 4 can be ahead
 #: of the one missing. A call beyond it is not held: the sequence check decides at once.
@@ -231,6 +237,9 @@ class Partition:
         #: producer or a role change, not by every append and HW move (W waiting calls would
         #: cost W wake-ups per append of anyone)
         self._reorder_waiters: dict[int, set[asyncio.Future[None]]] = {}
+        #: per producer id, (epoch, next sequence) after the batches of the latest produce
+        #: queued for (or holding) the append lock; removed when that produce leaves it
+        self._queued_sequences: dict[int, tuple[int, int]] = {}
         self._changed = asyncio.Event()
         self._append_watchers: set[asyncio.Future[None]] = set()
         self._listeners: set[Callable[[Partition], None]] = set()
@@ -564,10 +573,25 @@ class Partition:
         partition's append order (the append lock queues its waiters first come, first
         served): an append that starts after it lands after this one.
         """
-        if self.log.ahead_of_sequence(batches):
+        if self._ahead_of_queued(batches):
             await self._await_predecessors(batches, timeout_ms)
         if on_queued is not None:
             on_queued()  # then the lock is taken or queued for in this same step
+        queued = self._queue_sequences(batches)
+        try:
+            return await self._append_in_order(buf, batches, acks_all, timeout_ms)
+        finally:
+            if queued is not None and self._queued_sequences.get(queued[0]) == queued[1:]:
+                del self._queued_sequences[queued[0]]
+
+    async def _append_in_order(
+        self,
+        buf: bytes | memoryview,
+        batches: list[tuple[int, BatchHeader]],
+        acks_all: bool,
+        timeout_ms: int,
+    ) -> ProduceResult:
+        """:meth:`append` from its place in the append lock's queue on."""
         async with self._append_lock:
             self.check_writable(acks_all)
             epoch = self.leader_epoch
@@ -608,6 +632,33 @@ class Partition:
             await self._wait_committed(result.last_offset + 1, epoch, timeout_ms)
         return result
 
+    def _ahead_of_queued(self, batches: list[tuple[int, BatchHeader]]) -> bool:
+        """The first batch starts after its producer's next sequence, counting the batches of
+        that producer's produce queued for the append lock (see :data:`REORDER_WAIT_S`)."""
+        h = batches[0][1] if batches else None
+        if h is not None and h.producer_id >= 0:
+            queued = self._queued_sequences.get(h.producer_id)
+            if queued == (h.producer_epoch, h.base_sequence):
+                return False
+        return self.log.ahead_of_sequence(batches)
+
+    def _queue_sequences(
+        self, batches: list[tuple[int, BatchHeader]]
+    ) -> tuple[int, int, int] | None:
+        """Note (producer id, epoch, next sequence) of a produce about to queue for the append
+        lock, when its batches are one producer's; wake that producer's waiting produces
+        (the next one may now queue behind it)."""
+        if not batches:
+            return None
+        h = batches[-1][1]
+        pid = h.producer_id
+        if pid < 0 or any(b.producer_id != pid for _, b in batches):
+            return None
+        entry = (h.producer_epoch, (last_seq_of(h) + 1) % SEQ_MOD)
+        self._queued_sequences[pid] = entry
+        self._wake_reorder_waiters((pid,))
+        return (pid, *entry)
+
     async def _await_predecessors(
         self, batches: list[tuple[int, BatchHeader]], timeout_ms: int
     ) -> None:
@@ -627,7 +678,7 @@ class Partition:
         metrics.PRODUCE_REORDER_WAITS.labels(self.topic).inc()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(self.reorder_wait_s, max(timeout_ms, 0) / 1000.0)
-        while self.role is Role.LEADER and self.log.ahead_of_sequence(batches):
+        while self.role is Role.LEADER and self._ahead_of_queued(batches):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return

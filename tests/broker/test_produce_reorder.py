@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from headwater.batch import encode_batch, validate_batches
-from headwater.errors import OutOfOrderSequenceNumberError, UnknownProducerIdError
+from headwater.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceNumberError,
+    UnknownProducerIdError,
+)
 from services.broker.partition import Partition
 from tests.broker.reorder_helpers import reorder_leader as _leader
 from tests.broker.reorder_helpers import reorder_waits as _waits
@@ -146,5 +150,80 @@ def test_waiting_calls_are_bounded_per_producer_and_per_partition(
         assert await _append(p, _idem(1, 1)) == (1, 1)
         assert [await asyncio.wait_for(t, 30) for t in held] == [(s, s) for s in (2, 3, 4, 5)]
         assert p.log_end_offset == 6
+
+    asyncio.run(main())
+
+
+def test_a_request_right_behind_one_queued_for_the_append_does_not_wait_for_its_append(
+    tmp_path: Path,
+) -> None:
+    """While an append holds the partition (the lock held here stands for it), a request
+    queued for it and the one right after it both take their places in the queue at once
+    (no reorder wait: it would leave the log idle between the two appends for a loop round
+    trip) and land in order."""
+
+    async def main() -> None:
+        p = await _leader(tmp_path, "reorder-queued")
+        p.reorder_wait_s = 60.0
+        assert await _append(p, _idem(3, 0)) == (0, 2)
+        async with p._append_lock:  # another produce's append in progress
+            first = asyncio.create_task(_append(p, _idem(2, 3), timeout_ms=120_000))
+            second = asyncio.create_task(_append(p, _idem(2, 5), timeout_ms=120_000))
+            await async_wait_for(
+                lambda: _ready(p._queued_sequences.get(PID) == (0, 7)),
+                timeout=30,
+                what="both requests queued for the append",
+            )
+            assert _waits("reorder-queued") == 0
+            assert p.log_end_offset == 3
+        assert await asyncio.wait_for(first, 30) == (3, 4)
+        assert await asyncio.wait_for(second, 30) == (5, 6)
+        assert p._queued_sequences == {}  # gone with the last of them
+
+    asyncio.run(main())
+
+
+def test_a_waiting_request_queues_as_soon_as_its_predecessor_does(tmp_path: Path) -> None:
+    """The overtaking request's wait ends when the missing one takes its place in the append
+    queue, before either is appended; if that one is then refused, so is the follower (the
+    sequence check at its append decides), and nothing lands out of order. (The appends'
+    timeouts, 120 s, end their reorder waits long after the test's own waits give up.)"""
+
+    async def main() -> None:
+        p = await _leader(tmp_path, "reorder-handoff")
+        p.reorder_wait_s = 60.0
+        assert await _append(p, _idem(3, 0)) == (0, 2)
+        async with p._append_lock:
+            later = asyncio.create_task(_append(p, _idem(2, 5), timeout_ms=120_000))
+            await async_wait_for(
+                lambda: _ready(_waits("reorder-handoff") == 1),
+                timeout=30,
+                what="the overtaking request to wait",
+            )
+            earlier = asyncio.create_task(_append(p, _idem(2, 3), timeout_ms=120_000))
+            await async_wait_for(
+                lambda: _ready(p._queued_sequences.get(PID) == (0, 7)),
+                timeout=30,
+                what="the overtaking request to queue behind the earlier one",
+            )
+            assert p.log_end_offset == 3
+        assert await asyncio.wait_for(earlier, 30) == (3, 4)
+        assert await asyncio.wait_for(later, 30) == (5, 6)
+
+        # a queued predecessor refused at its append (a stale epoch): its follower is refused
+        # at its own append too, and the log is unchanged
+        assert await _append(p, _idem(1, 0, epoch=1)) == (7, 7)
+        async with p._append_lock:
+            stale = asyncio.create_task(_append(p, _idem(1, 7)))
+            follower = asyncio.create_task(_append(p, _idem(1, 8)))
+            await async_wait_for(
+                lambda: _ready(p._queued_sequences.get(PID) == (0, 9)),
+                timeout=30,
+                what="both stale-epoch requests queued",
+            )
+        for task in (stale, follower):
+            with pytest.raises(InvalidProducerEpochError):
+                await asyncio.wait_for(task, 30)
+        assert p.log_end_offset == 8 and p._queued_sequences == {}
 
     asyncio.run(main())

@@ -382,6 +382,37 @@ def test_requests_beyond_the_brokers_free_slots_share_the_last_one() -> None:
     run(go)
 
 
+def test_a_partition_without_followers_sends_its_batches_drained_together_in_one_request() -> None:
+    async def go() -> None:
+        broker = FakeBroker()
+        rig = Rig(broker)
+        rig.sender.metadata.view.unreplicated.add(TP)
+        for k in range(3):  # queued before the sender's first drain: drained together
+            rig.batch(k)
+        await broker.calls_reach(1)
+        assert [c.sequences for c in broker.calls] == [[0, 3, 6]]
+        broker.hold = False
+        await broker.answer(0)
+        await rig.close()
+        assert broker.log == rig.values
+        assert rig.offsets() == list(range(9))
+
+    run(go)
+
+
+def test_unreplicated_batches_ride_in_the_first_request_beside_a_replicated_split() -> None:
+    async def go() -> None:
+        rig = Rig(FakeBroker())
+        other = TopicPartition("t", 1)
+        rig.sender.metadata.view.unreplicated.add(other)
+        drained: list[Any] = [Item(TP, 1), Item(other, 1), Item(TP, 1), Item(other, 1)]
+        parts = rig.sender._requests_of(0, drained)
+        assert parts == [[drained[0], drained[1], drained[3]], [drained[2]]]
+        await rig.close()
+
+    run(go)
+
+
 def test_requests_answered_in_reverse_order_are_resent_in_sequence_order() -> None:
     async def go() -> None:
         broker = FakeBroker()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from headwater.client.metadata import Metadata
+from headwater.client.metadata import Metadata, view_from_response
 from headwater.client.types import TopicPartition
 from headwater.v1 import metadata_pb2
 from tests.client.sender_helpers import accumulator
@@ -117,3 +117,27 @@ def test_a_view_that_still_lists_an_unreachable_leader_is_refreshed_again() -> N
         await md.close()
 
     asyncio.run(body())
+
+
+def test_a_view_tells_a_partition_with_followers_from_one_without() -> None:
+    """``ClusterView.replicated`` (the sender's choice between one batch of a partition per
+    request and one request for them all): more than one replica, whatever the ISR."""
+    state = metadata_pb2.PartitionState
+    view = view_from_response(
+        metadata_pb2.MetadataResponse(
+            brokers=[metadata_pb2.BrokerInfo(broker_id=1, host="127.0.0.1", port=9)],
+            topics=[
+                metadata_pb2.TopicMetadata(
+                    name="t",
+                    partitions=[
+                        state(partition=0, leader=1, replicas=[1], isr=[1]),
+                        state(partition=1, leader=1, replicas=[1, 2, 3], isr=[1]),
+                    ],
+                )
+            ],
+        )
+    )
+    assert not view.replicated(TopicPartition("t", 0))
+    assert view.replicated(TopicPartition("t", 1))
+    assert not view.replicated(TopicPartition("t", 2))  # unknown partition
+    assert not view.replicated(TopicPartition("u", 0))  # unknown topic

@@ -20,10 +20,18 @@ class Item:
 
 
 class FakeView:
+    """Every partition led by broker 0; the partitions in ``unreplicated`` have no followers."""
+
     brokers: dict[int, Any] = {}
+
+    def __init__(self) -> None:
+        self.unreplicated: set[TopicPartition] = set()
 
     def leader(self, _tp: TopicPartition) -> int:
         return 0
+
+    def replicated(self, tp: TopicPartition) -> bool:
+        return tp not in self.unreplicated
 
     def address(self, _broker: int) -> str:
         return "fake:1"
