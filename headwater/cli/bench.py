@@ -56,6 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--compression", default="none", choices=["none", "gzip", "lz4", "zstd"])
     pp.add_argument("--linger-ms", type=float, default=5)
     pp.add_argument("--max-in-flight", type=int, default=5)
+    pp.add_argument(
+        "--idempotence",
+        choices=["default", "on", "off"],
+        default="default",
+        help="enable_idempotence (default: on with acks=all, as the producer's default)",
+    )
     pp.add_argument("--buffer-memory", type=int, default=64 * 1024 * 1024)
     pp.add_argument("--mode", choices=["many", "send", "produce", "sync"], default="many")
     pp.add_argument("--chunk", type=int, default=10_000, help="records per send_many call")
@@ -138,6 +144,7 @@ def _producer_config(args: argparse.Namespace) -> dict[str, object]:
         linger_ms=args.linger_ms,
         compression_type=args.compression,
         max_in_flight=args.max_in_flight,
+        enable_idempotence={"default": None, "on": True, "off": False}[args.idempotence],
         buffer_memory=max(args.buffer_memory, args.batch_size),
         client_id="headwater-bench",
     )

@@ -173,6 +173,18 @@ def test_bench_produce_and_consume(cluster: Any) -> None:
         assert res["records"] >= 40000 and res["mb_per_sec"] > 0
 
 
+def test_bench_produce_idempotence_switch(cluster: Any) -> None:
+    """``--idempotence`` reaches the producer: off with acks=all runs, on with acks=1 is the
+    producer's configuration error (bench/idempotence_ab.py compares the two)."""
+    base = ("--output", "json", "bench", "produce", "--topic", "idem", "--num-records", "2000")
+    res = json.loads(ok(hw(cluster, *base, "--acks", "all", "--idempotence", "off")))
+    assert res["records"] == 2000
+    proc = hw(cluster, *base, "--acks", "1", "--idempotence", "on")
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert err.startswith("error: INVALID_CONFIG: ") and "acks" in err, err
+
+
 def test_bench_produce_paced(cluster: Any) -> None:
     """``--throughput`` paces the producer (records/s); every ack's latency is sampled."""
     for mode in ("many", "send"):
