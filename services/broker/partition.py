@@ -108,13 +108,12 @@ _INLINE_READ_BYTES = 256 * 1024
 #: An idempotent producer keeps up to 5 requests per partition in flight as concurrent gRPC
 #: calls, which the broker may receive out of order (Kafka's one TCP connection keeps them in
 #: order); refused, the later batch came back after the client's retry backoff with the
-#: partition down to one request in flight (issue 17 item 5, docs/benchmarks.md).
+#: partition down to one request in flight (issue 17 item 5, docs/benchmarks.md). A batch that
+#: starts where a request already queued for the append lock ends does not wait: the lock is
+#: first come, first served, so it lands right after that request's batches (the sequence check
+#: still decides, at its append). Waiting for the earlier request to be *appended* left the log
+#: idle between appends for a loop round-trip each (docs/benchmarks.md "Session 35").
 REORDER_WAIT_S = 1.0
-#: A batch that starts where a request already queued for the append lock ends does not wait:
-#: the lock is first come, first served, so it lands right after that request's batches (the
-#: sequence check still decides, at its append). Waiting for the earlier request to be
-#: *appended* left the log idle between appends for a loop round-trip each, one producer's
-#: requests going through the append one at a time (docs/benchmarks.md "Session 35").
 #: At most this many produce calls of one producer wait in that reorder wait on a partition:
 #: with at most 5 batches unacknowledged (Kafka's idempotent window), at most 4 can be ahead
 #: of the one missing. A call beyond it is not held: the sequence check decides at once.
@@ -238,7 +237,8 @@ class Partition:
         #: cost W wake-ups per append of anyone)
         self._reorder_waiters: dict[int, set[asyncio.Future[None]]] = {}
         #: per producer id, (epoch, next sequence) after the batches of the latest produce
-        #: queued for (or holding) the append lock; removed when that produce leaves it
+        #: queued for (or holding) the append lock; removed when that produce returns, unless a
+        #: later one of the producer has replaced it
         self._queued_sequences: dict[int, tuple[int, int]] = {}
         self._changed = asyncio.Event()
         self._append_watchers: set[asyncio.Future[None]] = set()
