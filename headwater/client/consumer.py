@@ -58,7 +58,7 @@ from headwater.client.errors import (
     IllegalStateError,
     NoOffsetForPartitionError,
 )
-from headwater.client.fetched import FetchedBatch
+from headwater.client.fetched import FetchedBatch, records_of
 from headwater.client.fetcher import FetchConfig, Fetcher, PartitionState
 from headwater.client.group import GroupConfig, GroupMember, RebalanceListener
 from headwater.client.metadata import Metadata
@@ -396,7 +396,12 @@ class AsyncConsumer:
         self, timeout_ms: float = 500, max_records: int | None = None
     ) -> list[FetchedBatch]:
         """Whole decoded batches (sliced to the position) fetched so far, waiting up to
-        ``timeout_ms`` for the first; raises a partition's non-retriable fetch error."""
+        ``timeout_ms`` for the first; raises a partition's non-retriable fetch error.
+        ``max_records``: None (no limit), 0 (take nothing: the call still serves the group
+        protocol for ``timeout_ms``, as the group stream does with no credit left) or more;
+        negative: InvalidRequestError."""
+        if max_records is not None and max_records < 0:
+            raise errors.InvalidRequestError("max_records must be >= 0")
         self._ensure_started()
         # A group member takes part in the group protocol only when subscribed; with
         # ``assign`` the group id serves commits and committed offsets alone (generation -1,
@@ -426,13 +431,10 @@ class AsyncConsumer:
                 await timeouts.wait_for(self._wake.wait(), remaining)
 
     async def poll(self, timeout_ms: float = 500, max_records: int = 500) -> list[ConsumerRecord]:
-        """Up to ``max_records`` records as :class:`ConsumerRecord` (the convenience path)."""
-        if max_records <= 0:
-            raise errors.InvalidRequestError("max_records must be > 0")
-        out: list[ConsumerRecord] = []
-        for fb in await self.poll_batches(timeout_ms, max_records):
-            out.extend(fb.records())
-        return out
+        """Up to ``max_records`` (> 0, else InvalidRequestError) records as
+        :class:`ConsumerRecord` (the convenience path)."""
+        check_max_records(max_records)
+        return records_of(await self.poll_batches(timeout_ms, max_records))
 
     async def close(self, *, leave_group: bool = False) -> None:
         """Close: a group member commits (auto-commit), revokes and leaves; a static member
@@ -455,3 +457,9 @@ class AsyncConsumer:
             await self._metadata.close()
         if self._pool is not None:
             await self._pool.close()
+
+
+def check_max_records(max_records: int) -> None:
+    """``poll``'s limit: at least one record (``poll_batches`` also takes 0)."""
+    if max_records <= 0:
+        raise errors.InvalidRequestError("max_records must be > 0")

@@ -265,7 +265,14 @@ class Consumer:
         return self._lt.run(self._c.end_offsets(list(tps)))
 
     def poll(self, timeout_ms: float = 500, max_records: int = 500) -> list[ConsumerRecord]:
-        return self._lt.run(self._c.poll(timeout_ms, max_records))
+        """Like :meth:`AsyncConsumer.poll`. The loop hands over the decoded batches and the
+        records are built here, on the caller's thread: the loop goes back to its fetch
+        streams sooner (10% more records/s at 1 KiB, docs/benchmarks.md session 36)."""
+        from headwater.client.consumer import check_max_records
+        from headwater.client.fetched import records_of
+
+        check_max_records(max_records)
+        return records_of(self._lt.run(self._c.poll_batches(timeout_ms, max_records)))
 
     def poll_batches(
         self, timeout_ms: float = 500, max_records: int | None = None

@@ -6,8 +6,6 @@ batches encoded with and without the module, byte for byte."""
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +16,7 @@ import pytest
 
 from headwater.batch import _cencode, codec, columns, decode_batches, encode_batch_pieces
 from headwater.batch.encode_loops import _crc32c_extend_py
+from tests.helpers.without_c import run_without_c
 
 RNG = random.Random(20261127)
 
@@ -197,15 +196,6 @@ def test_batches_encode_byte_for_byte_as_without_the_module(
 
 
 _WITHOUT_C = """
-import sys
-
-class NoC:
-    def find_spec(self, name, path=None, target=None):
-        if name == "headwater.batch._cencode":
-            raise ImportError("built without a C compiler")
-        return None
-
-sys.meta_path.insert(0, NoC())
 from headwater.batch import decode_batches, encode_batch_pieces, encode_loops
 
 assert encode_loops._cencode is None
@@ -219,9 +209,4 @@ print("ok")
 
 
 def test_without_the_c_module_the_python_paths_are_used() -> None:
-    # an install without a C compiler (pyproject marks the extension optional)
-    out = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_C], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert run_without_c(["headwater.batch._cencode"], _WITHOUT_C).strip() == "ok"

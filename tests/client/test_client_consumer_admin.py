@@ -24,6 +24,7 @@ from headwater.client import (
 from headwater.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidRequestError,
     MessageTooLargeError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -219,3 +220,18 @@ def test_blocking_facades(cluster: Any) -> None:
             got.extend(r.value for r in c.poll(timeout_ms=300, max_records=1000))
         assert got[:2] == [b"r0", b"r1"] and got[-1] == b"m99" and len(got) == 200
         assert c.position(TopicPartition("sync", 0)) == 200
+        # a bad max_records is refused at once, by both calls, and moves nothing
+        c.seek(TopicPartition("sync", 0), 150)
+        for bad in (0, -1):
+            with pytest.raises(InvalidRequestError, match="max_records"):
+                c.poll(timeout_ms=5000, max_records=bad)
+        with pytest.raises(InvalidRequestError, match="max_records"):
+            c.poll_batches(timeout_ms=5000, max_records=-1)
+        assert c.poll_batches(timeout_ms=50, max_records=0) == []  # takes nothing
+        assert c.position(TopicPartition("sync", 0)) == 150
+        again = c.poll(timeout_ms=5000, max_records=3)
+        assert [(r.topic, r.partition, r.offset, r.value) for r in again] == [
+            ("sync", 0, 150, b"m50"),
+            ("sync", 0, 151, b"m51"),
+            ("sync", 0, 152, b"m52"),
+        ]

@@ -35,6 +35,7 @@ from tests.client.per_record_helpers import (
     run_threads,
 )
 from tests.helpers.wait import wait_for
+from tests.helpers.without_c import run_without_c
 
 FastProduce = producer_module.FastProduce
 #: the implementations this install has ("c" whenever the extension was built: make install)
@@ -378,15 +379,6 @@ def _check_read_back(records: list[Any], metas: dict[int, list[Any]], total: int
 
 
 _WITHOUT_C = """
-import sys
-
-class NoC:
-    def find_spec(self, name, path=None, target=None):
-        if name == "headwater.client._cproduce":
-            raise ImportError("built without a C compiler")
-        return None
-
-sys.meta_path.insert(0, NoC())
 from headwater.client import producer, record_future
 
 assert producer.FastProduce is None
@@ -398,12 +390,7 @@ print("ok")
 
 
 def test_without_the_c_module_the_python_path_is_used() -> None:
-    # an install without a C compiler (pyproject marks the extension optional)
-    out = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_C], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert run_without_c(["headwater.client._cproduce"], _WITHOUT_C).strip() == "ok"
 
 
 _FAILED_REINIT = """
