@@ -152,13 +152,21 @@ rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *out = PyList_New(n);
     if (out == NULL)
         return NULL;
-    /* the lists cannot change under us: nothing here runs Python code or releases the GIL
-     * (tp_alloc of a tuple subclass without __del__ allocates only) */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *row = type->tp_alloc(type, np + nc);
         if (row == NULL) {
             Py_DECREF(out);
             return NULL;
+        }
+        /* an allocation may run the garbage collector, and a finalizer it calls may change a
+         * column: look again before reading the i-th items (nothing else here runs Python) */
+        for (Py_ssize_t c = 0; c < nc; c++) {
+            if (PyList_GET_SIZE(PyTuple_GET_ITEM(columns, c)) != n) {
+                PyErr_SetString(PyExc_RuntimeError, "rows: a column changed size");
+                Py_DECREF(row);
+                Py_DECREF(out);
+                return NULL;
+            }
         }
         for (Py_ssize_t k = 0; k < np; k++)
             PyTuple_SET_ITEM(row, k, Py_NewRef(PyTuple_GET_ITEM(prefix, k)));
