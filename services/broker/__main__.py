@@ -80,10 +80,11 @@ def parse_args(argv: list[str] | None = None) -> BrokerSettings:
         "--log-page-cache-window-bytes",
         type=int,
         default=0,
-        help="each log segment drops from the page cache what lies more than this many bytes "
-        "behind its end (0: never, the kernel decides, as with Kafka); only for hosts where "
-        "fresh memory is slow (docs/storage.md, write-behind and the page-cache window); "
-        "readers further behind read from the disk",
+        help="each log segment starts the writeback of what it appends and drops from the "
+        "page cache what lies more than this many bytes behind its end (0: never, the kernel "
+        "decides both, as with Kafka); only for hosts where fresh memory is slow "
+        "(docs/storage.md, write-behind and the page-cache window); readers further behind "
+        "read from the disk",
     )
     ap.add_argument(
         "--controlled-shutdown-timeout-s",

@@ -94,7 +94,7 @@ RETENTION_INTERVAL_S = 30.0
 FLUSH_INTERVAL_S = 1.0
 LOG_SHAPE_INTERVAL_S = 15.0
 STOP_GRACE_S = 1.0
-HW_CHECKPOINT_INTERVAL_S = 1.0
+HW_CHECKPOINT_INTERVAL_S = 5.0  # Kafka: replica.high.watermark.checkpoint.interval.ms
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import struct
+import threading
 
 import pytest
 from storage_helpers import append, headers_of, make_batch, read_all
 
 from headwater.batch import TimestampType, decode_batches, encode_batch, parse_header
 from headwater.config import TopicConfig
-from headwater.errors import InvalidRequestError, OffsetOutOfRangeError
+from headwater.errors import InvalidRequestError, KafkaStorageError, OffsetOutOfRangeError
 
 pytestmark = pytest.mark.fast
 
@@ -242,6 +243,82 @@ def test_flush_ms_policy_and_sealed_segments(open_log, clock):
     clock.advance(1000)
     assert log.maybe_flush(clock.now) is True
     assert log.recovery_point == log.log_end_offset
+
+
+def _hold_sealed_fsyncs(log, monkeypatch):
+    """Make the fsync of ``log``'s sealed segments wait for the returned ``release`` event
+    (``entered`` is set when one starts)."""
+    from services.broker.storage.segment import LogSegment
+
+    sealed_bases = set(log.segment_base_offsets()[:-1])
+    entered, release = threading.Event(), threading.Event()
+    real_flush = LogSegment.flush
+
+    def held_flush(seg: LogSegment) -> None:
+        if seg.base_offset in sealed_bases:
+            entered.set()
+            assert release.wait(10), "the test never released the fsync"
+        real_flush(seg)
+
+    monkeypatch.setattr(LogSegment, "flush", held_flush)
+    return entered, release
+
+
+def test_a_sealed_segment_is_fsynced_while_appends_go_on(open_log, clock, monkeypatch):
+    """The flush pass fsyncs sealed segments without the log's lock (a sealed GiB can take
+    seconds; Kafka flushes after a roll outside its lock too): appends go on meanwhile, and
+    the recovery point moves only once the sealed segments are on disk."""
+    log = open_log(segment_bytes=1024)
+    for i in range(6):
+        append(log, make_batch(4, value_size=100, tag=i))
+    assert log.num_segments > 1 and log.recovery_point == 0
+    active_base = log.segment_base_offsets()[-1]
+    entered, release = _hold_sealed_fsyncs(log, monkeypatch)
+    flusher = threading.Thread(target=log.maybe_flush, args=(clock.now,))
+    flusher.start()
+    try:
+        assert entered.wait(10), "the flush pass did not fsync the sealed segments"
+        end = log.log_end_offset
+        info = append(log, make_batch(2, value_size=100, tag=99))  # not held by the fsync
+        assert info.first_offset == end
+        assert log.recovery_point == 0, "nothing is durable before the fsync returns"
+    finally:
+        release.set()
+        flusher.join(10)
+    assert not flusher.is_alive()
+    assert log.recovery_point == active_base
+
+
+def test_close_waits_for_a_sealed_segment_fsync(open_log, clock, monkeypatch):
+    """``close`` closes the descriptors the fsync outside the lock uses: it waits for it."""
+    log = open_log(segment_bytes=1024)
+    for i in range(6):
+        append(log, make_batch(4, value_size=100, tag=i))
+    end = log.log_end_offset
+    entered, release = _hold_sealed_fsyncs(log, monkeypatch)
+    errors: list[Exception] = []
+
+    def flush() -> None:
+        try:
+            log.maybe_flush(clock.now)
+        except KafkaStorageError as exc:  # closed after its fsync: the pass skips the log
+            errors.append(exc)
+
+    flusher = threading.Thread(target=flush)
+    closer = threading.Thread(target=log.close)
+    flusher.start()
+    try:
+        assert entered.wait(10), "the flush pass did not fsync the sealed segments"
+        closer.start()
+        closer.join(0.2)
+        assert closer.is_alive(), "close must wait for the fsync outside the lock"
+    finally:
+        release.set()
+        flusher.join(10)
+        closer.join(10)
+    assert not flusher.is_alive() and not closer.is_alive()
+    assert all("is closed" in str(e) for e in errors)
+    assert open_log().log_end_offset == end
 
 
 def test_compressed_batches_are_stored_as_sent(open_log):

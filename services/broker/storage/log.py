@@ -59,7 +59,7 @@ from headwater.batch.codec import now_ms, verify_crc
 from headwater.batch.control import encode_control_batch
 from headwater.batch.layout import ATTR_CONTROL, BatchHeader, parse_header
 from headwater.config import TopicConfig
-from headwater.errors import InvalidRequestError, MessageTooLargeError
+from headwater.errors import InvalidRequestError, KafkaStorageError, MessageTooLargeError
 from services.broker.storage import (
     appending,
     checkpoint,
@@ -438,6 +438,37 @@ class Log(LogCleanup, LogReads):
             self._unflushed_records = 0
             self._first_unflushed_ms = None
 
+    def _flush_sealed(self) -> None:
+        """fsync the segments sealed since the last flush without holding the log's lock
+        (appends go on: a sealed segment of 1 GiB can take seconds to write out, as Kafka's
+        flush after a roll does outside its log lock), then, under the lock, forget them and
+        move the recovery point up to the first segment still unflushed. ``close`` and
+        ``delete`` wait for it (``_flush_lock``); a segment removed meanwhile (retention,
+        truncation, a cleaner swap) may fail its fsync and is passed over, and after a
+        truncation the recovery point stays for the next pass."""
+        with self._lock:
+            self._check_open()
+            sealed = list(self._sealed_unflushed)
+            version = self.structure_version
+        if not sealed:
+            return
+        with self._flush_lock:
+            if self._closed:
+                return
+            for seg in sealed:
+                try:
+                    seg.flush()
+                except KafkaStorageError:
+                    if not seg.deleted:
+                        raise
+        with self._lock:
+            self._check_open()
+            self.epochs.sync()
+            self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in sealed]
+            if self.structure_version == version:
+                first = self._sealed_unflushed[:1] or self._segments[-1:]
+                self._recovery_point = max(self._recovery_point, first[0].base_offset)
+
     def _nothing_to_flush(self, now_ms: int) -> bool:
         """Whether :meth:`maybe_flush` would do nothing, read without the lock: a writer that
         changes the answer meanwhile is seen by the next pass."""
@@ -492,15 +523,10 @@ class Log(LogCleanup, LogReads):
         """
         if self._nothing_to_flush(now_ms):
             return False
+        self._flush_sealed()
         with self._lock:
             self._check_open()
             flushed = False
-            if self._sealed_unflushed:
-                self.epochs.sync()
-                for seg in self._sealed_unflushed:
-                    seg.flush()
-                self._sealed_unflushed = []
-                self._recovery_point = max(self._recovery_point, self._segments[-1].base_offset)
             first = self._first_unflushed_ms
             if (
                 self.config.flush_ms >= 0
@@ -526,7 +552,7 @@ class Log(LogCleanup, LogReads):
         ``mark_clean=False`` skips the fsync and the marker, as if the process had died:
         the next open validates the tail.
         """
-        with self._lock:
+        with self._flush_lock, self._lock:
             if self._closed:
                 return
             if mark_clean:
@@ -544,7 +570,7 @@ class Log(LogCleanup, LogReads):
         """Remove the whole partition directory, renamed aside first so that a crash part-way
         leaves no partial log to reopen (``fileio.remove_dir``); readers holding segments keep
         reading."""
-        with self._lock:
+        with self._flush_lock, self._lock:
             self._closed = True
             self.epochs.close()  # a flush pass's write must not land in a new log's directory
             aside = fileio.rename_for_deletion(self.dir)

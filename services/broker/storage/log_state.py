@@ -65,6 +65,9 @@ class LogState:
         self.config = config
         self._clock = clock
         self._lock = ReportingLock()
+        #: Held by the fsync of sealed segments outside ``_lock`` (``Log._flush_sealed``);
+        #: ``close`` and ``delete`` take it before ``_lock`` (never the other way round).
+        self._flush_lock = threading.Lock()
         self._segments: list[LogSegment] = []
         self._sealed_unflushed: list[LogSegment] = []
         self._leo = 0

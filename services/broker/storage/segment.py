@@ -35,28 +35,32 @@ from pathlib import Path
 from headwater.batch.codec import RecordBatch, verify_crc
 from headwater.batch.layout import HEADER_SIZE, BatchHeader, parse_header
 from headwater.errors import HeadwaterError, KafkaStorageError
-from services.broker.storage import fileio
+from services.broker.storage import fileio, writeback
 from services.broker.storage.offset_index import MAX_U32, OffsetIndex
 from services.broker.storage.time_index import NO_TIMESTAMP, TimeIndex
 from services.broker.storage.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
 
+_NO_RANGE = (0, 0)
+
 #: Bytes read at once when walking batch headers (lookups, tail scans).
 SCAN_CHUNK = 16 * 1024
 #: Bytes read at once by the recovery scan (reused buffer).
 RECOVERY_CHUNK = 8 * 1024 * 1024
-#: Every this many appended bytes a segment starts their writeback (no wait).
+#: With a page-cache window set, every this many appended bytes a segment has their writeback
+#: started (``writeback.py``).
 WRITEBACK_BYTES = 8 * 1024 * 1024
-#: 0 (the default): a segment leaves its pages to the kernel's page cache, as Kafka does, so a
-#: reader behind the end reads from memory for as long as the kernel keeps them. N > 0
-#: (``--log-page-cache-window-bytes``, set once at broker start): a segment keeps only about
-#: its newest N bytes cached on its own account and drops older pages, written back by then,
-#: in steps of ``4 * WRITEBACK_BYTES``; a long-running writer then reuses the pages it frees
-#: instead of taking fresh memory each append. That pays only on hosts where fresh memory is
-#: slow (VMs that hand freed memory back to their host fault it in at ~0.4 GB/s: docs/
-#: storage.md "Write-behind and the page-cache window"), and it costs every reader more than
-#: N behind a read from the disk.
+#: 0 (the default): a segment leaves its pages to the kernel's page cache and their writeback
+#: to the kernel, as Kafka does, so a reader behind the end reads from memory for as long as
+#: the kernel keeps them. N > 0 (``--log-page-cache-window-bytes``, set once at broker start):
+#: a segment starts the writeback of what it appends every ``WRITEBACK_BYTES`` and keeps only
+#: about its newest N bytes cached on its own account, dropping older pages, written back by
+#: then, in steps of ``4 * WRITEBACK_BYTES``; a long-running writer then reuses the pages it
+#: frees instead of taking fresh memory each append. That pays only on hosts where fresh
+#: memory is slow (VMs that hand freed memory back to their host fault it in at ~0.4 GB/s:
+#: docs/storage.md "Write-behind and the page-cache window"), and it costs every reader more
+#: than N behind a read from the disk.
 PAGE_CACHE_WINDOW_BYTES = 0
 
 
@@ -444,24 +448,33 @@ class LogSegment:
     # -- lifecycle ----------------------------------------------------------------------
 
     def _write_behind(self, start: int, end: int) -> None:
-        """After an append of ``[start, end)``: start the writeback of what was appended since
-        the last start and, with a window set, drop what lies more than
-        :data:`PAGE_CACHE_WINDOW_BYTES` behind ``end`` (both cheap syscalls that do not wait
-        for the disk; a failure of either changes nothing but the cache). The file may have
-        been cut back since the last call: both marks then go on from ``start``."""
-        frm = min(self._writeback_from, start)
-        if end - frm >= WRITEBACK_BYTES:
-            fileio.start_writeback(self.fd, frm, end - frm)
-            frm = end
-        self._writeback_from = frm
+        """After an append of ``[start, end)``, with a page-cache window set: have the
+        process's writeback thread (``writeback.py``) start the writeback of what was
+        appended since the last start and drop what lies more than
+        :data:`PAGE_CACHE_WINDOW_BYTES` behind ``end`` (only clean pages can be dropped, so
+        the writeback must run ahead of the drops). Without a window (the default) the kernel
+        writes dirty pages back when it chooses, as with Kafka: writeback started during a
+        burst took CPU and disk from the appends (docs/benchmarks.md "Session 37"). Nothing
+        here waits for the disk or the block layer, and a failure changes nothing but the
+        cache. The file may have been cut back since the last call: both marks then go on
+        from ``start``."""
         if PAGE_CACHE_WINDOW_BYTES <= 0:
             return
+        frm = min(self._writeback_from, start)
+        back = _NO_RANGE
+        if end - frm >= WRITEBACK_BYTES:
+            back = (frm, end)
+            frm = end
+        self._writeback_from = frm
         dropped = min(self._dropped_to, start)
+        drop = _NO_RANGE
         behind = end - PAGE_CACHE_WINDOW_BYTES
         if behind - dropped >= 4 * WRITEBACK_BYTES:
-            fileio.drop_cached(self.fd, dropped, behind - dropped)
+            drop = (dropped, behind)
             dropped = behind
         self._dropped_to = dropped
+        with contextlib.suppress(OSError):  # no descriptor to spare: skip this hint
+            writeback.process_queue().submit(self, self.fd, back, drop)
 
     def flush(self) -> None:
         try:
