@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/idempotence_ab.py [--variants all/on,all/off,1/off] [--rounds 4] \\
         [--brokers 1] [--partitions 1] [--record-size 1024] [--num-records 1000000] \\
-        [--batch-size N] [--out rows.jsonl]
+        [--batch-size N] [--out rows.jsonl] [--tree before=/old/checkout --tree after=.]
 
 Starts one :class:`~headwater.dev.cluster.LocalCluster` of this tree and runs ``headwater
 bench produce --mode many`` (the ``send_many`` row of bench/side_by_side.py) once per variant
@@ -14,6 +14,11 @@ factor = ``--brokers``) after the page-cache warm of every side-by-side produce 
 records/s, the client's and the brokers' CPU seconds, and the brokers' reorder waits
 (``headwater_broker_produce_reorder_waits_total``: produces that waited for an earlier batch
 of their producer); then the median per variant. Stops the cluster by PID.
+
+With ``--tree NAME=PATH`` (twice or more) it compares brokers instead: each round runs every
+variant once per tree, the trees' order reversed every other round, each run being that tree's
+own ``bench/idempotence_ab.py --rounds 1`` (its own cluster, brokers and client); lines and
+medians are then per tree and variant.
 """
 
 from __future__ import annotations
@@ -93,6 +98,36 @@ def run_once(
     return res
 
 
+def compare_trees(args: argparse.Namespace, variants: list[str]) -> None:
+    """``--tree`` mode (module doc): paired rounds over the trees, one cluster per run."""
+    trees = [(n, Path(p).resolve()) for n, p in (t.split("=", 1) for t in args.tree)]
+    rates: dict[tuple[str, str], list[float]] = {}
+    for r in range(args.rounds):
+        for name, tree in trees if r % 2 == 0 else trees[::-1]:
+            for v in variants:
+                cmd = [
+                    sys.executable, str(tree / "bench" / "idempotence_ab.py"), "--variants", v,
+                    "--rounds", "1", "--brokers", str(args.brokers), "--partitions",
+                    str(args.partitions), "--record-size", str(args.record_size),
+                    "--num-records", str(args.num_records), "--batch-size", str(args.batch_size),
+                ]  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, timeout=900)
+                runs = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"round"')]
+                if proc.returncode != 0 or len(runs) != 1:
+                    raise RuntimeError(f"{name} {v} failed: {proc.stderr[-2000:]}")
+                line = {**json.loads(runs[0]), "round": r, "tree": name}
+                rates.setdefault((name, v), []).append(float(line["records_per_sec"]))
+                print(json.dumps(line), flush=True)
+                if args.out is not None:
+                    with args.out.open("a") as f:
+                        f.write(json.dumps(line) + "\n")
+    for (name, v), xs in rates.items():
+        print(
+            f"{name} {v}: median {statistics.median(xs):,.0f} records/s over {len(xs)} runs "
+            f"({', '.join(f'{x:,.0f}' for x in xs)})"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default="all/on,all/off,1/off")
@@ -103,6 +138,7 @@ def main() -> None:
     ap.add_argument("--num-records", type=int, default=1_000_000)
     ap.add_argument("--batch-size", type=int, default=4 * 1024 * 1024)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--tree", action="append", default=[], help="NAME=PATH: compare brokers")
     args = ap.parse_args()
     variants = args.variants.split(",")
     for v in variants:
@@ -113,6 +149,9 @@ def main() -> None:
             or (idem == "on" and acks != "all")
         ):
             ap.error(f"variant {v!r}: ACKS/IDEMPOTENCE with ACKS 1 or all, on only with all")
+    if args.tree:
+        compare_trees(args, variants)
+        return
     rates: dict[str, list[float]] = {v: [] for v in variants}
     with (
         tempfile.TemporaryDirectory(prefix="hw-idem-ab-") as tmp,
