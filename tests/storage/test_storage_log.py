@@ -289,6 +289,35 @@ def test_a_sealed_segment_is_fsynced_while_appends_go_on(open_log, clock, monkey
     assert log.recovery_point == active_base
 
 
+def test_a_segment_cut_back_and_sealed_again_during_the_fsync_stays_unflushed(
+    open_log, clock, monkeypatch
+):
+    """A follower's truncation into a sealed segment while its fsync runs, then appends
+    that seal it again: the fsync did not cover the new bytes, so the segment stays in the
+    list and the recovery point does not move past it."""
+    log = open_log(segment_bytes=1024)
+    for i in range(6):
+        append(log, make_batch(4, value_size=100, tag=i))
+    bases = log.segment_base_offsets()
+    assert len(bases) >= 3
+    entered, release = _hold_sealed_fsyncs(log, monkeypatch)
+    flusher = threading.Thread(target=log.maybe_flush, args=(clock.now,))
+    flusher.start()
+    try:
+        assert entered.wait(10), "the flush pass did not fsync the sealed segments"
+        log.truncate_to(bases[1] + 1)  # the second segment becomes the active one again
+        again = log._segments[-1]
+        assert again.base_offset == bases[1]
+        while log._segments[-1] is again:  # new bytes, until it is sealed again
+            append(log, make_batch(4, value_size=100, tag=50))
+    finally:
+        release.set()
+        flusher.join(10)
+    assert not flusher.is_alive()
+    assert again in log._sealed_unflushed, "its new bytes were never fsynced"
+    assert log.recovery_point <= again.base_offset
+
+
 def test_close_waits_for_a_sealed_segment_fsync(open_log, clock, monkeypatch):
     """``close`` closes the descriptors the fsync outside the lock uses: it waits for it."""
     log = open_log(segment_bytes=1024)

@@ -444,8 +444,9 @@ class Log(LogCleanup, LogReads):
         flush after a roll does outside its log lock), then, under the lock, forget them and
         move the recovery point up to the first segment still unflushed. ``close`` and
         ``delete`` wait for it (``_flush_lock``); a segment removed meanwhile (retention,
-        truncation, a cleaner swap) may fail its fsync and is passed over, and after a
-        truncation the recovery point stays for the next pass."""
+        truncation, a cleaner swap) may fail its fsync and is passed over, and after any of
+        those the list and the recovery point stay for the next pass (a segment cut back and
+        sealed again holds bytes this fsync did not cover)."""
         with self._lock:
             self._check_open()
             sealed = list(self._sealed_unflushed)
@@ -462,12 +463,15 @@ class Log(LogCleanup, LogReads):
                     if not seg.deleted:
                         raise
         with self._lock:
-            self._check_open()
+            if self._closed or self.structure_version != version:
+                # Closed meanwhile, or truncated / retention / a cleaner swap: the list may now
+                # hold a segment of the snapshot cut back and sealed again with bytes this
+                # fsync never saw. It stays as it is; the next pass fsyncs what it names.
+                return
             self.epochs.sync()
             self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in sealed]
-            if self.structure_version == version:
-                first = self._sealed_unflushed[:1] or self._segments[-1:]
-                self._recovery_point = max(self._recovery_point, first[0].base_offset)
+            first = self._sealed_unflushed[:1] or self._segments[-1:]
+            self._recovery_point = max(self._recovery_point, first[0].base_offset)
 
     def _nothing_to_flush(self, now_ms: int) -> bool:
         """Whether :meth:`maybe_flush` would do nothing, read without the lock: a writer that
@@ -525,7 +529,8 @@ class Log(LogCleanup, LogReads):
             return False
         self._flush_sealed()
         with self._lock:
-            self._check_open()
+            if self._closed:  # closed during the fsync of its sealed segments
+                return False
             flushed = False
             first = self._first_unflushed_ms
             if (

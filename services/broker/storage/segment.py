@@ -473,7 +473,8 @@ class LogSegment:
             drop = (dropped, behind)
             dropped = behind
         self._dropped_to = dropped
-        with contextlib.suppress(OSError):  # no descriptor to spare: skip this hint
+        # No descriptor or thread to spare: skip this hint (the append has happened).
+        with contextlib.suppress(OSError, RuntimeError):
             writeback.process_queue().submit(self, self.fd, back, drop)
 
     def flush(self) -> None:

@@ -11,9 +11,12 @@ machine (docs/benchmarks.md "Session 37"); ``posix_fadvise(DONTNEED)`` writes di
 same way. Here those calls run on a thread of their own instead.
 
 Contract: :meth:`WritebackQueue.submit` never blocks on I/O (a lock held for a dict update and
-one ``dup``). Each submitter (a segment) has at most one pending job; a later submit before the
-thread took it widens that job's ranges, so the queue holds at most one job, and one duplicated
-descriptor, per segment written since the thread last ran. The job writes back through its own
+one ``dup``); it raises OSError when no descriptor is left (nothing queued) and RuntimeError
+when the thread cannot be started (the job stays queued; the next submit starts it). Each
+submitter (a segment) has at most one pending job; a later submit before the thread took it
+widens that job's ranges, so the queue holds at most one job, and one duplicated descriptor,
+per segment written since the thread last ran. A job that raises is logged; the thread goes
+on with the next. The job writes back through its own
 duplicate of the segment's descriptor, so a segment closed or deleted meanwhile cannot make it
 touch another file. Every range is a hint: a failed or skipped call changes nothing but the
 page cache (``fileio.start_writeback`` / ``fileio.drop_cached``), never the data.
@@ -23,11 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import threading
 from dataclasses import dataclass
 
 from services.broker.storage import fileio
+
+log = logging.getLogger(__name__)
 
 #: An empty range (``start >= end``).
 _NONE = (0, 0)
@@ -75,11 +81,11 @@ class WritebackQueue:
             job = self._jobs.get(owner)
             if job is None:
                 self._jobs[owner] = _Job(os.dup(fd), writeback, drop)
-                self._start_thread()
                 self._cond.notify()
             else:
                 job.writeback = _union(job.writeback, writeback)
                 job.drop = _union(job.drop, drop)
+            self._start_thread()
 
     def drain(self, timeout: float) -> bool:
         """Wait until every job submitted so far has run; False if ``timeout`` passed first."""
@@ -94,8 +100,6 @@ class WritebackQueue:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._busy = False
-                self._cond.notify_all()
                 self._cond.wait_for(lambda: bool(self._jobs))
                 owner = next(iter(self._jobs))
                 job = self._jobs.pop(owner)
@@ -107,9 +111,14 @@ class WritebackQueue:
                 start, end = job.drop
                 if start < end:
                     fileio.drop_cached(job.fd, start, end - start)
+            except Exception:  # a hint failed: the data is unaffected; keep serving
+                log.exception("segment writeback of %s failed", owner)
             finally:
                 with contextlib.suppress(OSError):
                     os.close(job.fd)
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
 
 @functools.cache
