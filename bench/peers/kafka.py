@@ -196,12 +196,14 @@ def new_cluster_id() -> str:
 
 
 class KafkaCluster:
-    """``n`` combined broker+controller nodes on 127.0.0.1, data under ``root``."""
+    """``n`` combined broker+controller nodes on 127.0.0.1, data under ``root``; ``heap`` the
+    JVM heap flags of each node (default :data:`HEAP`)."""
 
-    def __init__(self, libs: Path, root: Path, nodes: int) -> None:
+    def __init__(self, libs: Path, root: Path, nodes: int, heap: list[str] | None = None) -> None:
         self.libs = libs
         self.root = root
         self.n = nodes
+        self.heap = heap or HEAP
         self.broker_ports = [free_port() for _ in range(nodes)]
         self.controller_ports = [free_port() for _ in range(nodes)]
         self.procs: list[ChildProcess] = []
@@ -263,7 +265,7 @@ class KafkaCluster:
             d = self.root / f"node{i + 1}"
             p = ChildProcess(
                 f"kafka-node{i + 1}",
-                java_argv(self.libs, "kafka.Kafka", str(d / "server.properties"), heap=HEAP),
+                java_argv(self.libs, "kafka.Kafka", str(d / "server.properties"), heap=self.heap),
                 d / "server.log",
             )
             p.start()
@@ -327,15 +329,22 @@ class KafkaCluster:
 
 
 @contextmanager
-def running_cluster(libs: Path, nodes: int) -> Iterator[KafkaCluster]:
-    root = Path(tempfile.mkdtemp(prefix=f"kafka-bench-{nodes}n-"))
-    c = KafkaCluster(libs, root, nodes)
+def running_cluster(
+    libs: Path, nodes: int, *, heap: list[str] | None = None, root: Path | None = None
+) -> Iterator[KafkaCluster]:
+    """A started :class:`KafkaCluster`, stopped (by PID) on exit; its data in a temporary folder
+    removed on exit, or under ``root``, kept."""
+    keep = root is not None
+    if root is None:
+        root = Path(tempfile.mkdtemp(prefix=f"kafka-bench-{nodes}n-"))
+    c = KafkaCluster(libs, root, nodes, heap)
     try:
         c.start()
         yield c
     finally:
         c.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def topic_name(client: str, w: Workload) -> str:
