@@ -18,13 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from partitions import TOPIC, cpu_s
 
-# mypy takes the folder bench/peers/kafka/ (pom.xml, log4j2.properties) for a namespace package
-# hiding bench/peers/kafka.py, so these names are untyped here
-from bench.peers.kafka import (  # type: ignore[attr-defined]
-    KafkaCluster,
-    ensure_libs,
-    running_cluster,
-)
+from bench.peers.kafka import KafkaCluster, ensure_libs, running_cluster
 
 # The KRaft controller refuses an operation of more than 10,000 metadata records
 # (QuorumController.MAX_RECORDS_PER_USER_OP in 4.3.1: POLICY_VIOLATION "Unable to perform

@@ -5,7 +5,7 @@ Run::
     .venv/bin/python bench/peers/kafka.py --out rows.jsonl [--quick] [--no-rf3] [--max-seconds 30]
 
 Obtaining Kafka: downloads.apache.org is not reachable here, Maven Central is, so
-``bench/peers/kafka/pom.xml`` lists ``org.apache.kafka:kafka_2.13`` (broker), ``kafka-tools``
+``bench/peers/kafka_jars/pom.xml`` lists ``org.apache.kafka:kafka_2.13`` (broker), ``kafka-tools``
 (ProducerPerformance, ConsumerPerformance, TopicCommand) and a log4j2 backend, and
 ``mvn dependency:copy-dependencies`` puts them in ``~/.cache/headwater-bench/kafka-<ver>/libs``
 (once; later runs reuse it). Processes are ``java -cp 'libs/*' <main class>``; Java 17 is the
@@ -109,7 +109,7 @@ from bench.peers.common import (
 from headwater.dev.procs import ChildProcess, free_port, wait_until
 
 KAFKA_VERSION = "4.3.1"  # latest release with both kafka_2.13 and kafka-tools on Maven Central
-HERE = Path(__file__).resolve().parent / "kafka"
+HERE = Path(__file__).resolve().parent / "kafka_jars"
 SYSTEM = "kafka"
 CONFIG = "kraft-combined"
 JAVA_CLIENT = "java perf-test"
@@ -271,8 +271,12 @@ class KafkaCluster:
             p.start()
             self.procs.append(p)
         for p in self.procs:
+
+            def started(p: ChildProcess = p) -> bool:
+                return "Kafka Server started" in p.log_path.read_text(errors="replace")
+
             wait_until(
-                lambda p=p: "Kafka Server started" in p.log_path.read_text(errors="replace"),
+                started,
                 timeout=120,
                 what=f"{p.name} started",
                 interval=0.25,
