@@ -42,8 +42,6 @@ from services.broker.storage.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
 
-_NO_RANGE = (0, 0)
-
 #: Bytes read at once when walking batch headers (lookups, tail scans).
 SCAN_CHUNK = 16 * 1024
 #: Bytes read at once by the recovery scan (reused buffer).
@@ -461,13 +459,13 @@ class LogSegment:
         if PAGE_CACHE_WINDOW_BYTES <= 0:
             return
         frm = min(self._writeback_from, start)
-        back = _NO_RANGE
+        back = writeback.NO_RANGE
         if end - frm >= WRITEBACK_BYTES:
             back = (frm, end)
             frm = end
         self._writeback_from = frm
         dropped = min(self._dropped_to, start)
-        drop = _NO_RANGE
+        drop = writeback.NO_RANGE
         behind = end - PAGE_CACHE_WINDOW_BYTES
         if behind - dropped >= 4 * WRITEBACK_BYTES:
             drop = (dropped, behind)

@@ -2,24 +2,26 @@
 segments appended (and drops what a page-cache window leaves behind), so an appender never
 waits on the block layer.
 
-``sync_file_range(SYNC_FILE_RANGE_WRITE)`` does not wait for the disk, but it submits the
-writeback from the calling thread: it allocates blocks (ext4's delayed allocation reads block
-bitmaps), waits for pages already under writeback, and is throttled by the block layer's
-writeback limits (``rq_qos_wait``) while another thread's fsync fills the device queue. Called
-inside ``LogSegment.append`` it held appends for 0.3-1.0 s every few seconds on a loaded
-machine (docs/benchmarks.md "Session 37"); ``posix_fadvise(DONTNEED)`` writes dirty pages the
-same way. Here those calls run on a thread of their own instead.
+Only a broker with ``--log-page-cache-window-bytes`` starts writeback at all (by default the
+kernel writes back, as with Kafka: docs/benchmarks.md "Session 37"). ``sync_file_range(
+SYNC_FILE_RANGE_WRITE)`` does not wait for the disk, but it submits the writeback from the
+calling thread: it allocates blocks (ext4's delayed allocation reads block bitmaps), waits for
+pages already under writeback, and is throttled by the block layer's writeback limits
+(``rq_qos_wait``) while another thread's fsync fills the device queue; inside
+``LogSegment.append`` it held appends for 0.3-1.0 s every few seconds on a loaded machine.
+``posix_fadvise(DONTNEED)`` writes dirty pages the same way. Here both run on a thread of their
+own instead.
 
 Contract: :meth:`WritebackQueue.submit` never blocks on I/O (a lock held for a dict update and
 one ``dup``); it raises OSError when no descriptor is left (nothing queued) and RuntimeError
 when the thread cannot be started (the job stays queued; the next submit starts it). Each
 submitter (a segment) has at most one pending job; a later submit before the thread took it
 widens that job's ranges, so the queue holds at most one job, and one duplicated descriptor,
-per segment written since the thread last ran. A job that raises is logged; the thread goes
-on with the next. The job writes back through its own
-duplicate of the segment's descriptor, so a segment closed or deleted meanwhile cannot make it
-touch another file. Every range is a hint: a failed or skipped call changes nothing but the
-page cache (``fileio.start_writeback`` / ``fileio.drop_cached``), never the data.
+per segment written since the thread last ran. The job writes back through its own duplicate
+of the segment's descriptor, so a segment closed or deleted meanwhile cannot make it touch
+another file. A job that raises is logged; the thread goes on with the next. Every range is a
+hint: a failed or skipped call changes nothing but the page cache (``fileio.start_writeback``
+/ ``fileio.drop_cached``), never the data.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from services.broker.storage import fileio
 
 log = logging.getLogger(__name__)
 
-#: An empty range (``start >= end``).
-_NONE = (0, 0)
+#: An empty range (any ``(start, end)`` with ``start >= end`` is empty).
+NO_RANGE = (0, 0)
 
 
 def _union(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
@@ -68,8 +70,8 @@ class WritebackQueue:
         self,
         owner: object,
         fd: int,
-        writeback: tuple[int, int] = _NONE,
-        drop: tuple[int, int] = _NONE,
+        writeback: tuple[int, int] = NO_RANGE,
+        drop: tuple[int, int] = NO_RANGE,
     ) -> None:
         """Queue ``writeback`` (start writing ``[start, end)`` of ``fd`` back) and ``drop``
         (then drop ``[start, end)`` from the page cache) for ``owner``; merged into its pending
