@@ -7,7 +7,11 @@ partitions created at RF=3 (min.insync.replicas=2), then
 * ``settle_s``: from the CreateTopics call until every partition has a leader and a full ISR
   (three members) in the metadata (DescribeTopics every 0.5 s);
 * ``idle_cpu_pct``: each broker's CPU (user + system, ``/proc/<pid>/stat``) over
-  ``--idle-s`` seconds with no client traffic, in percent of one core, per broker id;
+  ``--idle-s`` seconds with no client traffic right after the settle, in percent of one
+  core, per broker id: this window still holds the creation's tail (on Headwater the new
+  replicas' leader-epoch files written behind by the flush passes, on Kafka the JVMs' JIT);
+* ``steady_idle_cpu_pct``: the same over a second window that starts ``--steady-after-s``
+  (default 60) seconds after the settle, still with no client traffic: the steady state;
 * ``produce_round_s``: one idempotent acks=all producer sends one 100 B record to every
   partition and awaits every acknowledgement (``--rounds`` rounds, the slowest reported);
 * ``failover_s``: kill -9 of the broker leading the most partitions, until the metadata shows
@@ -55,7 +59,7 @@ times out is recorded in the row (``failed``) and the next size runs. docs/bench
 the figures next to what the issue reports.
 
     python bench/partitions.py [--system headwater kafka] [--partitions 1000 5000 10000]
-        [--timeout 900] [--rounds 2] [--idle-s 20] [--data-dir DIR]
+        [--timeout 900] [--rounds 2] [--idle-s 20] [--steady-after-s 60] [--data-dir DIR]
         [--kafka-heap 1g] [--kafka-nofile 100000]
 """
 
@@ -88,6 +92,14 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far, all its threads."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def cpu_pct_since(
+    pids: dict[int, int], before: dict[int, float], seconds: float
+) -> dict[int, float]:
+    """Each process's CPU since ``before`` (``cpu_s`` values) over ``seconds``, in percent of
+    one core."""
+    return {key: round(100 * (cpu_s(pid) - before[key]) / seconds, 1) for key, pid in pids.items()}
 
 
 async def _state(bootstrap: str) -> dict[int, tuple[int, int]]:
@@ -137,16 +149,20 @@ async def _run(cluster: LocalCluster, partitions: int, args: argparse.Namespace)
     pids = {bid: proc.pid for bid, proc in cluster.brokers.items()}
     before = {bid: cpu_s(pid) for bid, pid in pids.items()}
     await asyncio.sleep(args.idle_s)
-    idle = {
-        bid: round(100 * (cpu_s(pid) - before[bid]) / args.idle_s, 1) for bid, pid in pids.items()
-    }
+    idle = cpu_pct_since(pids, before, args.idle_s)
     print(f"  {partitions}: idle CPU % per broker {idle}", flush=True)
+    await asyncio.sleep(max(0.0, args.steady_after_s - args.idle_s))
+    before = {bid: cpu_s(pid) for bid, pid in pids.items()}
+    await asyncio.sleep(args.idle_s)
+    steady = cpu_pct_since(pids, before, args.idle_s)
+    print(f"  {partitions}: steady idle CPU % per broker {steady}", flush=True)
 
     row: dict[str, object] = {
         "system": "headwater",
         "partitions": partitions,
         "settle_s": round(settle_s, 1),
         "idle_cpu_pct": idle,
+        "steady_idle_cpu_pct": steady,
     }
     async with AsyncProducer(bootstrap, acks="all", enable_idempotence=True) as producer:
         try:
@@ -210,7 +226,13 @@ def main() -> None:
     )
     parser.add_argument("--partitions", type=int, nargs="+", default=[1000, 5000, 10000])
     parser.add_argument("--timeout", type=float, default=900.0, help="per wait, seconds")
-    parser.add_argument("--idle-s", type=float, default=20.0)
+    parser.add_argument("--idle-s", type=float, default=20.0, help="each idle window, seconds")
+    parser.add_argument(
+        "--steady-after-s",
+        type=float,
+        default=60.0,
+        help="the second idle window starts this long after the settle",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="keep the clusters' data and logs here"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-from partitions import TOPIC, cpu_s
+from partitions import TOPIC, cpu_pct_since, cpu_s
 
 from bench.peers.kafka import KafkaCluster, ensure_libs, running_cluster
 
@@ -172,12 +172,15 @@ def run(cluster: KafkaCluster, partitions: int, args: argparse.Namespace) -> dic
 
     before = {node: cpu_s(pid) for node, pid in pids.items()}
     time.sleep(args.idle_s)
-    idle = {
-        node: round(100 * (cpu_s(pid) - before[node]) / args.idle_s, 1)
-        for node, pid in pids.items()
-    }
+    idle = cpu_pct_since(pids, before, args.idle_s)
     row["idle_cpu_pct"] = idle
     print(f"  {partitions}: idle CPU % per node {idle}", flush=True)
+    time.sleep(max(0.0, args.steady_after_s - args.idle_s))
+    before = {node: cpu_s(pid) for node, pid in pids.items()}
+    time.sleep(args.idle_s)
+    steady = cpu_pct_since(pids, before, args.idle_s)
+    row["steady_idle_cpu_pct"] = steady
+    print(f"  {partitions}: steady idle CPU % per node {steady}", flush=True)
 
     producer = Producer(
         {"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True}
